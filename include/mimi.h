@@ -1,0 +1,319 @@
+/*
+ * mimi.h - libmimi, Kyutai's Mimi neural audio codec in C.
+ *
+ * This header is the whole public API and its manual.
+ *
+ * Mimi turns 24 kHz mono audio into 12.5 Hz frames of discrete codes and back. One frame is
+ * 1920 samples (80 ms) on the audio side and `n_codebooks` integer codes in [0, 2048) on the code
+ * side; codebook 0 is the semantic code, codebooks 1.. are residual acoustic codes. libmimi runs
+ * the codec exactly as Kyutai's reference implementation does, one frame at a time (streaming) or
+ * over a whole signal (offline).
+ *
+ * A typical program:
+ *
+ *     struct mimi_model_params mp;
+ *     mimi_model_params_default(&mp);
+ *     int err;
+ *     struct mimi_model *model = mimi_model_load("model.safetensors", &mp, &err);
+ *     if (!model) { fprintf(stderr, "%s\n", mimi_strerror(err)); return 1; }
+ *
+ *     struct mimi_stream_params sp;
+ *     mimi_stream_params_default(&sp);
+ *     sp.n_codebooks = 8;
+ *     struct mimi_encoder *enc = mimi_encoder_create(model, &sp, &err);
+ *     struct mimi_decoder *dec = mimi_decoder_create(model, &sp, &err);
+ *
+ *     float pcm[1920]; int32_t codes[8];
+ *     while (read_80ms_of_audio(pcm)) {              // 1920 float samples at 24 kHz
+ *         if (mimi_encoder_step(enc, pcm, codes) < 0) break;
+ *         if (mimi_decoder_step(dec, codes, pcm) < 0) break;
+ *         play(pcm);
+ *     }
+ *     mimi_decoder_destroy(dec);
+ *     mimi_encoder_destroy(enc);
+ *     mimi_model_destroy(model);
+ *
+ * Conventions:
+ * - Every fallible function returns an int: MIMI_OK (0) or a negative MIMI_E* code; functions
+ *   that count return the count (>= 0) or a negative code. Constructors return a handle or NULL
+ *   and store the code in `*err` when `err` is not NULL.
+ * - The library never exits, aborts or prints. Details of a failure (the tensor name, the
+ *   expected and found shapes, ...) go to the log callback of the model parameters, and for live
+ *   objects also to `mimi_encoder_errmsg` / `mimi_decoder_errmsg`.
+ * - Audio is float PCM at the model's sample rate (24000 Hz), nominally in [-1, 1]; the decoder's
+ *   output is not clipped and may exceed that range. Resampling and file formats are the
+ *   caller's job (the `mimi` command does both).
+ * - Threads: a model is immutable once loaded and may be used from any number of threads at
+ *   once. An encoder or decoder is not locked: use each from one thread at a time.
+ * - Ownership: the caller owns every buffer it passes; the library keeps no pointer to a caller
+ *   buffer after a call returns, except for mimi_model_load_memory (see there). Every
+ *   `_create`/`_load` has a `_destroy` that accepts NULL. Encoders and decoders borrow their
+ *   model: destroy them before the model.
+ */
+#ifndef MIMI_H
+#define MIMI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(MIMI_BUILD_SHARED)
+#define MIMI_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define MIMI_API __attribute__((visibility("default")))
+#else
+#define MIMI_API
+#endif
+
+#if defined(__GNUC__)
+#define MIMI_WARN_UNUSED __attribute__((warn_unused_result))
+#else
+#define MIMI_WARN_UNUSED
+#endif
+
+#define MIMI_VERSION_MAJOR 0
+#define MIMI_VERSION_MINOR 1
+#define MIMI_VERSION_PATCH 0
+
+// ---- error codes (stable, never renumbered) ----
+
+#define MIMI_OK 0
+#define MIMI_EINVAL (-1)       /* bad argument, or a code outside [0, codebook_size) */
+#define MIMI_ENOMEM (-2)       /* host memory allocation failed */
+#define MIMI_EIO (-3)          /* a file could not be opened, read or mapped */
+#define MIMI_EFORMAT (-4)      /* a model file is malformed or is not a Mimi checkpoint */
+#define MIMI_EUNSUPPORTED (-5) /* a feature that is not compiled in, or not in this model */
+#define MIMI_EBUFFER (-6)      /* an output buffer is too small; nothing was consumed */
+#define MIMI_EFULL (-7)        /* no free slot in a batch */
+#define MIMI_EDEVICE (-8)      /* a compute-device failure */
+#define MIMI_ESTATE (-9)       /* the object is poisoned by an earlier failure, or misused */
+
+/* The library version as "MAJOR.MINOR.PATCH". Never NULL. */
+MIMI_API const char *mimi_version_string(void);
+
+/* A fixed English sentence for an error code (for example "invalid argument"). Unknown codes
+ * give "unknown error". Never NULL; the string is static. */
+MIMI_API const char *mimi_strerror(int code);
+
+// ---- logging ----
+
+#define MIMI_LOG_ERROR 0
+#define MIMI_LOG_WARN 1
+#define MIMI_LOG_INFO 2
+#define MIMI_LOG_DEBUG 3
+
+/* A log callback. `level` is one of MIMI_LOG_*; `msg` is one line without a trailing newline,
+ * valid only during the call. It may be called from any thread that uses the model. */
+typedef void (*mimi_log_fn)(void *user, int level, const char *msg);
+
+// ---- model: immutable weights, shared by every stream ----
+
+struct mimi_model;
+
+/* Instruction sets for the CPU kernels. AUTO picks the best the CPU has; REFERENCE forces the
+ * plain scalar path that defines correct results (for tests and comparisons). */
+enum mimi_isa {
+    MIMI_ISA_AUTO = 0,
+    MIMI_ISA_REFERENCE = 1,
+};
+
+struct mimi_model_params {
+    int isa;            /* enum mimi_isa; default MIMI_ISA_AUTO */
+    int n_threads;      /* worker threads for one step; default 1 */
+    mimi_log_fn log;    /* optional; default NULL (silent) */
+    void *log_user;     /* passed to `log` */
+};
+
+/* Fills `params` with the defaults listed in struct mimi_model_params. */
+MIMI_API void mimi_model_params_default(struct mimi_model_params *params);
+
+/* Loads a Mimi checkpoint from a safetensors file.
+ *
+ * Accepted files:
+ * - Kyutai's native naming (`tokenizer-e351c8d8-checkpoint125.safetensors`,
+ *   `mimi-pytorch-e351c8d8@125.safetensors`), with the attention spelt either
+ *   `in_proj_weight`/`out_proj.weight` or `in_projs.0.weight`/`out_projs.0.weight`;
+ * - Hugging Face transformers naming (`kyutai/mimi`, `model.safetensors`); its per-head rotary
+ *   permutation of the q/k rows is undone at load;
+ * - tensors in f32, f16 or bf16 (converted to f32 at load).
+ * The file is memory-mapped and every length, offset and shape is checked against the file before
+ * use. The number of codebooks is read from the file (32 in released files). Tensors the codec
+ * does not use are ignored.
+ *
+ * `params` may be NULL for the defaults. Returns the model, or NULL with `*err` set to
+ * MIMI_EIO (cannot open or map), MIMI_EFORMAT (not a valid Mimi checkpoint; the log callback
+ * names the tensor and the expected and found shapes), MIMI_ENOMEM or MIMI_EINVAL. */
+MIMI_API struct mimi_model *mimi_model_load(const char *path, const struct mimi_model_params *params,
+                                            int *err);
+
+/* Like mimi_model_load, from a safetensors image in memory. The buffer is borrowed: it must stay
+ * valid and unchanged until mimi_model_destroy returns. */
+MIMI_API struct mimi_model *mimi_model_load_memory(const void *data, size_t size,
+                                                   const struct mimi_model_params *params,
+                                                   int *err);
+
+/* Frees the model. NULL is allowed. Every encoder and decoder made from it must be destroyed
+ * first. */
+MIMI_API void mimi_model_destroy(struct mimi_model *model);
+
+/* Geometry queries. Never hard-code these numbers; read them from the model. */
+MIMI_API int mimi_model_sample_rate(const struct mimi_model *model);   /* 24000 */
+MIMI_API int mimi_model_frame_size(const struct mimi_model *model);    /* samples per frame, 1920 */
+MIMI_API int mimi_model_max_codebooks(const struct mimi_model *model); /* codebooks in the file */
+MIMI_API int mimi_model_codebook_size(const struct mimi_model *model); /* entries per codebook, 2048 */
+
+/* "kyutai" or "huggingface": the naming scheme the checkpoint used. */
+MIMI_API const char *mimi_model_naming(const struct mimi_model *model);
+
+/* Number of weights (scalars) in the model as loaded. */
+MIMI_API int64_t mimi_model_parameter_count(const struct mimi_model *model);
+
+// ---- streams: an encoder or a decoder, one audio stream each ----
+
+/* Attention window of the transformers.
+ *
+ * MIMI_ATTENTION_RING reproduces the reference's streaming behaviour exactly: each transformer
+ * layer keeps a ring of 250 positions, and both positions of a frame are written before
+ * attention runs, so after 10 s the first position of each frame sees 249 keys instead of 250.
+ * This is what Moshi, Kyutai's servers and the reference's streaming mode produce.
+ *
+ * MIMI_ATTENTION_WINDOW gives every position exactly the last 250 positions (itself included),
+ * which is what the reference's offline (whole-signal) path computes.
+ *
+ * Up to 10 s of audio (250 positions) the two are identical. */
+enum mimi_attention {
+    MIMI_ATTENTION_RING = 0,
+    MIMI_ATTENTION_WINDOW = 1,
+};
+
+/* An observation point inside a step, for tests and debugging. `name` is one of
+ * "enc_seanet" (512 x steps, SEANet encoder output at 25 Hz), "enc_transformer" (after the
+ * encoder transformer), "latent" (512 x 1, the quantizer input at 12.5 Hz), "dec_latent"
+ * (512 x 1, quantizer output), "dec_upsample" (512 x steps), "dec_transformer" (after the decoder
+ * transformer). `data` is channel-major [channels][steps] and valid only during the call. */
+typedef void (*mimi_tap_fn)(void *user, const char *name, const float *data, int channels,
+                            int steps);
+
+struct mimi_stream_params {
+    int n_codebooks;  /* codebooks per frame, 1 .. mimi_model_max_codebooks; default 8 */
+    int attention;    /* enum mimi_attention; default MIMI_ATTENTION_RING */
+    mimi_tap_fn tap;  /* optional; default NULL */
+    void *tap_user;   /* passed to `tap` */
+};
+
+/* Fills `params` with the defaults listed in struct mimi_stream_params. */
+MIMI_API void mimi_stream_params_default(struct mimi_stream_params *params);
+
+// ---- encoder ----
+
+struct mimi_encoder;
+
+/* Creates an encoder for one stream. All memory the stream needs (about 9 MB, mostly the
+ * attention cache) is allocated here; steps allocate nothing. `params` may be NULL for the
+ * defaults. Returns NULL with `*err` = MIMI_EINVAL (bad parameter) or MIMI_ENOMEM. */
+MIMI_API struct mimi_encoder *mimi_encoder_create(const struct mimi_model *model,
+                                                  const struct mimi_stream_params *params,
+                                                  int *err);
+
+/* Frees the encoder. NULL is allowed. */
+MIMI_API void mimi_encoder_destroy(struct mimi_encoder *enc);
+
+/* Encodes exactly one frame: `pcm` holds frame_size (1920) samples, `codes` receives
+ * n_codebooks codes, semantic first. Must not be mixed with a partly filled push buffer:
+ * returns MIMI_ESTATE if mimi_encoder_pending() is not 0. Returns MIMI_OK, MIMI_EINVAL for NULL
+ * pointers or non-finite samples (nothing is consumed). */
+MIMI_API int mimi_encoder_step(struct mimi_encoder *enc, const float *pcm, int32_t *codes)
+    MIMI_WARN_UNUSED;
+
+/* Feeds any number of samples (0 allowed). Whole frames are encoded as they complete; fewer
+ * than frame_size samples stay buffered for the next call. `codes` receives the completed
+ * frames frame-major: codes[f * n_codebooks + q]. All or nothing: if the input would complete
+ * more than `max_frames` frames, returns MIMI_EBUFFER and consumes nothing. Returns the number
+ * of frames written (>= 0) or a negative code. */
+MIMI_API int mimi_encoder_push(struct mimi_encoder *enc, const float *pcm, size_t n_samples,
+                               int32_t *codes, int max_frames) MIMI_WARN_UNUSED;
+
+/* The number of samples buffered by push and not yet encoded, 0 .. frame_size - 1. */
+MIMI_API int mimi_encoder_pending(const struct mimi_encoder *enc);
+
+/* Ends the stream: if samples are pending, zero-pads them to a whole frame and encodes it.
+ * Returns the number of frames written (0 or 1) or a negative code; MIMI_EBUFFER if one frame
+ * is pending and max_frames < 1. */
+MIMI_API int mimi_encoder_flush(struct mimi_encoder *enc, int32_t *codes, int max_frames)
+    MIMI_WARN_UNUSED;
+
+/* Returns the encoder to its just-created state (histories, attention cache, position counter
+ * and push buffer cleared) without allocating. */
+MIMI_API void mimi_encoder_reset(struct mimi_encoder *enc);
+
+/* The last error message recorded on this encoder, or "" if none. Valid until the next call. */
+MIMI_API const char *mimi_encoder_errmsg(const struct mimi_encoder *enc);
+
+// ---- decoder ----
+
+struct mimi_decoder;
+
+/* Creates a decoder for one stream (same rules as mimi_encoder_create). n_codebooks may be
+ * smaller than the count the codes were made with: the first n_codebooks levels are used. */
+MIMI_API struct mimi_decoder *mimi_decoder_create(const struct mimi_model *model,
+                                                  const struct mimi_stream_params *params,
+                                                  int *err);
+
+/* Frees the decoder. NULL is allowed. */
+MIMI_API void mimi_decoder_destroy(struct mimi_decoder *dec);
+
+/* Decodes one frame: `codes` holds n_codebooks codes (semantic first), `pcm` receives
+ * frame_size samples. A code outside [0, codebook_size) gives MIMI_EINVAL and leaves the stream
+ * untouched; codes are never clamped. */
+MIMI_API int mimi_decoder_step(struct mimi_decoder *dec, const int32_t *codes, float *pcm)
+    MIMI_WARN_UNUSED;
+
+/* Decodes `n_frames` frames given frame-major (codes[f * n_codebooks + q]) into
+ * n_frames * frame_size samples. All codes are checked before any frame is decoded. Returns
+ * MIMI_EBUFFER, consuming nothing, if max_samples is too small. Returns the number of samples
+ * written or a negative code. */
+MIMI_API int mimi_decoder_push(struct mimi_decoder *dec, const int32_t *codes, int n_frames,
+                               float *pcm, size_t max_samples) MIMI_WARN_UNUSED;
+
+/* Returns the decoder to its just-created state without allocating. */
+MIMI_API void mimi_decoder_reset(struct mimi_decoder *dec);
+
+/* The last error message recorded on this decoder, or "" if none. */
+MIMI_API const char *mimi_decoder_errmsg(const struct mimi_decoder *dec);
+
+// ---- offline (whole-signal) helpers ----
+
+/* The number of frames an offline encode of n_samples produces: ceil(n_samples / frame_size). */
+MIMI_API int64_t mimi_frames_for_samples(const struct mimi_model *model, int64_t n_samples);
+
+/* The offline helpers take the stream parameters for n_codebooks and the tap; their attention
+ * field is ignored (offline is always MIMI_ATTENTION_WINDOW). `params` may be NULL.
+ *
+ * Encodes a whole signal the way the reference's offline `encode` does: the audio is zero-padded
+ * on the right to a multiple of frame_size, and attention covers exactly the last 250
+ * positions. `codes` receives codebook-major codes[q * n_frames + f] (the reference's
+ * [n_codebooks, n_frames] layout), n_frames = mimi_frames_for_samples(model, n_samples), and
+ * must hold n_codebooks * n_frames values (max_codes). n_samples = 0 is MIMI_EINVAL, as are
+ * non-finite samples.
+ * Returns the number of frames or a negative code. */
+MIMI_API int64_t mimi_encode_offline(const struct mimi_model *model,
+                                     const struct mimi_stream_params *params, const float *pcm,
+                                     int64_t n_samples, int32_t *codes,
+                                     int64_t max_codes) MIMI_WARN_UNUSED;
+
+/* Decodes codebook-major codes[q * n_frames + f] of a whole signal the way the reference's
+ * offline `decode` does (attention over exactly the last 250 positions) into
+ * n_frames * frame_size samples. Returns the number of samples or a negative code. */
+MIMI_API int64_t mimi_decode_offline(const struct mimi_model *model,
+                                     const struct mimi_stream_params *params,
+                                     const int32_t *codes, int64_t n_frames, float *pcm,
+                                     int64_t max_samples) MIMI_WARN_UNUSED;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MIMI_H */

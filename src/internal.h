@@ -1,0 +1,135 @@
+/*
+ * internal.h - private structures shared across src/: the model as loaded (geometry plus weight
+ * pointers), the per-stream state arena, and small helpers. Never installed.
+ *
+ * Geometry is data: every size below is read from the checkpoint at load time (model.c), so the
+ * same code runs any Mimi whose layers follow the SEANet + transformer + resample plan.
+ */
+#ifndef MIMI_INTERNAL_H
+#define MIMI_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mimi.h"
+#include "safetensors.h"
+
+#define MIMI_MAX_SEANET_LAYERS 32
+#define MIMI_ERRMSG_LEN 512
+
+// ---- model description ----
+
+// A Conv1d or a ConvTranspose1d, with its weights.
+struct mimi_conv {
+    int c_in, c_out, kernel, stride, groups;
+    int transposed;       // ConvTranspose1d
+    int replicate_first;  // on the first call, left history = copies of the first input column
+    const float *weight;  // conv: (c_out, c_in/groups, kernel); convtr: (c_in, c_out/groups, kernel)
+    const float *bias;    // (c_out) or NULL
+    const float *weight_t;  // dense convtr only: (c_out * kernel, c_in), row (o*K + k) = W[:, o, k]
+};
+
+enum seanet_kind { SEANET_CONV, SEANET_CONVTR, SEANET_RESBLOCK, SEANET_ELU };
+
+// One entry of a SEANet stack. A resblock is x + conv1x1(elu(conv_k3(elu(x)))).
+struct seanet_layer {
+    enum seanet_kind kind;
+    struct mimi_conv conv;      // SEANET_CONV / SEANET_CONVTR; the k3 conv of a resblock
+    struct mimi_conv conv2;     // the 1x1 conv of a resblock
+    int channels_out;           // channels after this layer
+};
+
+// A SEANet encoder (audio -> latent) or decoder (latent -> audio).
+struct seanet {
+    int n_layers;
+    struct seanet_layer layers[MIMI_MAX_SEANET_LAYERS];
+    int hop;  // samples per latent step (product of the strides)
+};
+
+// One pre-norm transformer layer (attention without biases, GELU MLP, layer scales).
+struct transformer_layer {
+    const float *norm1_w, *norm1_b;  // (d)
+    const float *in_proj;            // (3d, d): rows q | k | v, head h owns rows h*hd .. h*hd+hd-1
+    const float *out_proj;           // (d, d)
+    const float *norm2_w, *norm2_b;  // (d)
+    const float *linear1;            // (ff, d)
+    const float *linear2;            // (d, ff)
+    const float *scale1, *scale2;    // (d) layer scales
+};
+
+struct transformer {
+    int d_model, n_heads, head_dim, d_ff, n_layers;
+    int context;        // attention window in steps (250)
+    float max_period;   // RoPE base (10000)
+    struct transformer_layer layers[16];
+};
+
+// The split residual vector quantizer: codebook 0 semantic, 1.. acoustic.
+struct quantizer {
+    int n_q;        // codebooks in the file
+    int bins;       // entries per codebook
+    int dim;        // codebook dimension
+    int latent;     // latent dimension (512)
+    const float *in_first, *in_rest;    // (dim, latent)
+    const float *out_first, *out_rest;  // (latent, dim)
+    float *codebooks;                   // (n_q, bins, dim), embedding_sum / max(usage, 1e-5)
+    float *norms;                       // (n_q, bins), squared norm of each entry
+};
+
+struct mimi_model {
+    struct st_file file;
+    const char *naming;   // "kyutai" or "huggingface"
+    int sample_rate;
+    int frame_size;       // samples per frame
+    int steps_per_frame;  // transformer steps per frame (frame_size / hop)
+    int latent_dim;       // 512
+    struct seanet encoder, decoder;
+    struct transformer enc_tr, dec_tr;
+    struct mimi_conv downsample;  // latent rate -> frame rate, replicate-first
+    struct mimi_conv upsample;    // frame rate -> latent rate, depthwise transposed
+    struct quantizer quantizer;
+    int64_t n_params;
+    // owned memory: converted or derived tensors, freed with the model
+    void **owned;
+    int n_owned, cap_owned;
+    mimi_log_fn log;
+    void *log_user;
+    int isa;
+    int n_threads;
+};
+
+// ---- loading (model.c) ----
+
+// Binds every tensor of m->file into the description. Returns 0 or MIMI_EFORMAT / MIMI_ENOMEM;
+// the reason went to the log.
+int mimi_model_bind(struct mimi_model *m);
+
+// Frees everything the model owns, including the mapping. NULL is allowed.
+void mimi_model_free(struct mimi_model *m);
+
+// ---- helpers ----
+
+// Formats a message and sends it to the model's log callback (no-op when none is set).
+void mimi_log(const struct mimi_model *model, int level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+// Bump allocator used twice: first with base == NULL to measure, then to lay out a block.
+struct arena {
+    char *base;
+    size_t used;
+};
+
+static inline void *arena_take(struct arena *a, size_t bytes) {
+    size_t off = (a->used + 63) & ~(size_t)63;
+    a->used = off + bytes;
+    return a->base ? a->base + off : NULL;
+}
+
+static inline float *arena_floats(struct arena *a, size_t n) {
+    return (float *)arena_take(a, n * sizeof(float));
+}
+
+#endif

@@ -1,0 +1,95 @@
+/*
+ * seanet.c - the SEANet encoder and decoder stacks as a loop over their layer table.
+ *
+ * The table (struct seanet, filled by model.c from the checkpoint) lists convs, transposed
+ * convs, ELUs and residual blocks in order; this file only runs it. A residual block is
+ * x + conv1x1(elu(conv_k3(elu(x)))): the shortcut adds the pre-activation input (true skip).
+ */
+#include <string.h>
+
+#include "nn.h"
+#include "ops.h"
+
+// ---- layout ----
+
+// Output steps of a layer for T input steps.
+static int layer_steps_out(const struct seanet_layer *l, int T) {
+    if (l->kind == SEANET_CONV) return T / l->conv.stride;
+    if (l->kind == SEANET_CONVTR) return T * l->conv.stride;
+    return T;
+}
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+void seanet_layout(struct arena *a, const struct seanet *s, int T_in, struct seanet_mem *m,
+                   struct seanet_scratch *sc) {
+    size_t act = (size_t)s->layers[0].conv.c_in * T_in, res = 0, work = 0;
+    int T = T_in;
+    for (int i = 0; i < s->n_layers; i++) {
+        const struct seanet_layer *l = &s->layers[i];
+        if (l->kind != SEANET_ELU) conv_mem_layout(a, &l->conv, &m->conv[i]);
+        if (l->kind == SEANET_CONV || l->kind == SEANET_CONVTR || l->kind == SEANET_RESBLOCK)
+            work = max_size(work, conv_work_floats(&l->conv, T));
+        if (l->kind == SEANET_RESBLOCK) {
+            work = max_size(work, conv_work_floats(&l->conv2, T));
+            res = max_size(res, (size_t)l->channels_out * T);
+        }
+        T = layer_steps_out(l, T);
+        act = max_size(act, (size_t)l->channels_out * T);
+    }
+    sc->act[0] = arena_floats(a, act);
+    sc->act[1] = arena_floats(a, act);
+    sc->res[0] = arena_floats(a, res);
+    sc->res[1] = arena_floats(a, res);
+    sc->work = arena_floats(a, work);
+}
+
+void seanet_reset(const struct seanet *s, struct seanet_mem *m) {
+    for (int i = 0; i < s->n_layers; i++)
+        if (s->layers[i].kind != SEANET_ELU) conv_mem_reset(&s->layers[i].conv, &m->conv[i]);
+}
+
+// ---- forward ----
+
+// x (C, T) += conv1x1(elu(conv_k3(elu(x)))), using res[0] (C, T) and res[1] (C/2, T).
+static void resblock(const struct seanet_layer *l, struct conv_mem *m, struct seanet_scratch *sc,
+                     float *x, int T) {
+    size_t n = (size_t)l->conv.c_in * T;
+    float *h = sc->res[0], *mid = sc->res[1];
+    memcpy(h, x, sizeof(float) * n);
+    mimi_elu(h, n);
+    conv1d_stream(&l->conv, m, h, T, mid, sc->work);
+    mimi_elu(mid, (size_t)l->conv.c_out * T);
+    struct conv_mem none = {0};  // the 1x1 conv keeps no history
+    conv1d_stream(&l->conv2, &none, mid, T, h, sc->work);
+    for (size_t i = 0; i < n; i++) x[i] += h[i];
+}
+
+float *seanet_forward(const struct seanet *s, struct seanet_mem *m, struct seanet_scratch *sc,
+                      const float *x, int T_in, int *T_out) {
+    int cur = 0, T = T_in;
+    memcpy(sc->act[0], x, sizeof(float) * (size_t)s->layers[0].conv.c_in * T_in);
+    for (int i = 0; i < s->n_layers; i++) {
+        const struct seanet_layer *l = &s->layers[i];
+        float *in = sc->act[cur], *out = sc->act[1 - cur];
+        switch (l->kind) {
+        case SEANET_ELU:
+            mimi_elu(in, (size_t)l->channels_out * T);
+            break;
+        case SEANET_RESBLOCK:
+            resblock(l, &m->conv[i], sc, in, T);
+            break;
+        case SEANET_CONV:
+            conv1d_stream(&l->conv, &m->conv[i], in, T, out, sc->work);
+            cur = 1 - cur;
+            break;
+        case SEANET_CONVTR:
+            convtr_stream(&l->conv, &m->conv[i], in, T, out, sc->work);
+            cur = 1 - cur;
+            break;
+        }
+        T = layer_steps_out(l, T);
+    }
+    *T_out = T;
+    return sc->act[cur];
+}

@@ -1,0 +1,131 @@
+/*
+ * transformer.c - the streaming transformer (spec 3.3 and 5.4): pre-norm layers of rotary
+ * multi-head attention over a ring of cached keys and values, and a GELU MLP, each branch scaled
+ * per channel before its residual add. No final norm.
+ *
+ * Attention window: a query at position p sees a cached key at p' when 0 <= p - p' < context
+ * and p' is still in the ring. All of a call's keys are written before any query runs, so a ring
+ * of exactly `context` slots reproduces the reference's streaming behaviour (the first step of a
+ * frame loses its oldest key after 10 s) and a ring of context + steps gives the exact window.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "nn.h"
+#include "ops.h"
+
+// ---- layout ----
+
+void transformer_layout(struct arena *a, const struct transformer *t, int steps, int capacity,
+                        struct transformer_mem *m, struct transformer_scratch *sc) {
+    const size_t d = (size_t)t->d_model;
+    for (int l = 0; l < t->n_layers; l++) {
+        m->keys[l] = arena_floats(a, (size_t)capacity * d);
+        m->values[l] = arena_floats(a, (size_t)capacity * d);
+    }
+    m->positions = (int64_t *)arena_take(a, sizeof(int64_t) * (size_t)capacity);
+    m->capacity = capacity;
+    m->next_position = 0;
+    sc->x = arena_floats(a, steps * d);
+    sc->h = arena_floats(a, steps * d);
+    sc->qkv = arena_floats(a, steps * 3 * d);
+    sc->att = arena_floats(a, steps * d);
+    sc->ff = arena_floats(a, (size_t)steps * t->d_ff);
+    sc->scores = arena_floats(a, (size_t)capacity);
+}
+
+void transformer_reset(const struct transformer *t, struct transformer_mem *m) {
+    const size_t d = (size_t)t->d_model;
+    for (int l = 0; l < t->n_layers; l++) {
+        memset(m->keys[l], 0, sizeof(float) * m->capacity * d);
+        memset(m->values[l], 0, sizeof(float) * m->capacity * d);
+    }
+    // empty slots must never alias position 0
+    for (int s = 0; s < m->capacity; s++) m->positions[s] = -1;
+    m->next_position = 0;
+}
+
+// ---- attention ----
+
+// One head of one query over the ring: out (hd) = softmax(q . K^T / sqrt(hd)) V.
+static void attend(const struct transformer *t, const struct transformer_mem *m, int layer,
+                   int head, const float *q, int64_t pos, float *scores, float *out) {
+    const int hd = t->head_dim, d = t->d_model;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float max = -INFINITY;
+    // scores of the keys inside the window, -inf elsewhere
+    for (int s = 0; s < m->capacity; s++) {
+        int64_t age = pos - m->positions[s];
+        if (m->positions[s] < 0 || age < 0 || age >= t->context) {
+            scores[s] = -INFINITY;
+            continue;
+        }
+        const float *k = m->keys[layer] + (size_t)s * d + (size_t)head * hd;
+        float dot = 0.0f;
+        for (int i = 0; i < hd; i++) dot += q[i] * k[i];
+        scores[s] = dot * scale;
+        if (scores[s] > max) max = scores[s];
+    }
+    // softmax, then the weighted sum of values
+    float sum = 0.0f;
+    for (int s = 0; s < m->capacity; s++) {
+        scores[s] = scores[s] == -INFINITY ? 0.0f : expf(scores[s] - max);
+        sum += scores[s];
+    }
+    for (int i = 0; i < hd; i++) out[i] = 0.0f;
+    for (int s = 0; s < m->capacity; s++) {
+        if (scores[s] == 0.0f) continue;
+        const float *v = m->values[layer] + (size_t)s * d + (size_t)head * hd;
+        float w = scores[s] / sum;
+        for (int i = 0; i < hd; i++) out[i] += w * v[i];
+    }
+}
+
+// ---- layer ----
+
+static void layer_forward(const struct transformer *t, struct transformer_mem *m,
+                          struct transformer_scratch *sc, int l, int steps) {
+    const struct transformer_layer *w = &t->layers[l];
+    const int d = t->d_model, hd = t->head_dim;
+    // h = LN1(x); qkv (steps, 3d) = h . in_proj^T
+    mimi_layer_norm(sc->x, sc->h, steps, d, w->norm1_w, w->norm1_b, 1e-5f);
+    mimi_matmul_nt(3 * d, steps, d, w->in_proj, d, sc->h, d, NULL, sc->qkv, 1, 3 * d);
+    // rotate q and k, then write every step's k and v into the ring before attending
+    for (int s = 0; s < steps; s++) {
+        int64_t pos = m->next_position + s;
+        float *q = sc->qkv + (size_t)s * 3 * d, *k = q + d, *v = q + 2 * d;
+        for (int h = 0; h < t->n_heads; h++) {
+            mimi_rope(q + h * hd, hd, (float)pos, t->max_period);
+            mimi_rope(k + h * hd, hd, (float)pos, t->max_period);
+        }
+        int slot = (int)(pos % m->capacity);
+        memcpy(m->keys[l] + (size_t)slot * d, k, sizeof(float) * d);
+        memcpy(m->values[l] + (size_t)slot * d, v, sizeof(float) * d);
+        m->positions[slot] = pos;
+    }
+    for (int s = 0; s < steps; s++)
+        for (int h = 0; h < t->n_heads; h++)
+            attend(t, m, l, h, sc->qkv + (size_t)s * 3 * d + h * hd, m->next_position + s,
+                   sc->scores, sc->att + (size_t)s * d + h * hd);
+    // x += scale1 * (att . out_proj^T)
+    mimi_matmul_nt(d, steps, d, w->out_proj, d, sc->att, d, NULL, sc->h, 1, d);
+    for (size_t i = 0; i < (size_t)steps * d; i++) sc->x[i] += w->scale1[i % d] * sc->h[i];
+    // x += scale2 * (gelu(LN2(x) . linear1^T) . linear2^T)
+    mimi_layer_norm(sc->x, sc->h, steps, d, w->norm2_w, w->norm2_b, 1e-5f);
+    mimi_matmul_nt(t->d_ff, steps, d, w->linear1, d, sc->h, d, NULL, sc->ff, 1, t->d_ff);
+    mimi_gelu(sc->ff, (size_t)steps * t->d_ff);
+    mimi_matmul_nt(d, steps, t->d_ff, w->linear2, t->d_ff, sc->ff, t->d_ff, NULL, sc->h, 1, d);
+    for (size_t i = 0; i < (size_t)steps * d; i++) sc->x[i] += w->scale2[i % d] * sc->h[i];
+}
+
+void transformer_forward(const struct transformer *t, struct transformer_mem *m,
+                         struct transformer_scratch *sc, float *io, int steps) {
+    const int d = t->d_model;
+    // (d, steps) -> (steps, d)
+    for (int c = 0; c < d; c++)
+        for (int s = 0; s < steps; s++) sc->x[(size_t)s * d + c] = io[(size_t)c * steps + s];
+    for (int l = 0; l < t->n_layers; l++) layer_forward(t, m, sc, l, steps);
+    for (int c = 0; c < d; c++)
+        for (int s = 0; s < steps; s++) io[(size_t)c * steps + s] = sc->x[(size_t)s * d + c];
+    m->next_position += steps;
+}
