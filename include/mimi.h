@@ -284,6 +284,68 @@ MIMI_API void mimi_decoder_reset(struct mimi_decoder *dec);
 /* The last error message recorded on this decoder, or "" if none. */
 MIMI_API const char *mimi_decoder_errmsg(const struct mimi_decoder *dec);
 
+// ---- batch: many streams advanced together ----
+
+/* A batch holds `capacity` independent streams ("slots") of one direction and advances any
+ * subset of them by one frame per call, reading each weight once for all of them: the way to run
+ * many concurrent streams (a server) at a fraction of the cost of separate encoders. A slot
+ * behaves exactly like a lone encoder or decoder fed the same frames (bit for bit on the CPU).
+ * An encoder or decoder is itself a batch of capacity one. Not locked: one thread at a time. */
+
+struct mimi_batch;
+
+enum mimi_direction {
+    MIMI_DIRECTION_ENCODE = 0,
+    MIMI_DIRECTION_DECODE = 1,
+};
+
+struct mimi_batch_params {
+    int direction;    /* enum mimi_direction; default MIMI_DIRECTION_ENCODE */
+    int capacity;     /* slots, 1 .. 65536; default 1 */
+    int n_codebooks;  /* as in mimi_stream_params; default 8 */
+    int attention;    /* enum mimi_attention; default MIMI_ATTENTION_RING */
+    mimi_tap_fn tap;  /* optional; taps see (channels, n slots x steps) with slots side by side */
+    void *tap_user;
+};
+
+/* Fills `params` with the defaults listed in struct mimi_batch_params. */
+MIMI_API void mimi_batch_params_default(struct mimi_batch_params *params);
+
+/* Creates a batch; all memory for every slot (about 9 MB per slot in f32) is allocated here.
+ * Returns NULL with `*err` = MIMI_EINVAL or MIMI_ENOMEM. No slot is open yet. */
+MIMI_API struct mimi_batch *mimi_batch_create(const struct mimi_model *model,
+                                              const struct mimi_batch_params *params, int *err);
+
+/* Frees the batch. NULL is allowed. */
+MIMI_API void mimi_batch_destroy(struct mimi_batch *batch);
+
+/* Opens the lowest free slot in its just-created state and returns its index (>= 0), or
+ * MIMI_EFULL when every slot is open. */
+MIMI_API int mimi_batch_open(struct mimi_batch *batch) MIMI_WARN_UNUSED;
+
+/* Closes an open slot (its index may be returned by a later open). MIMI_EINVAL if the slot is
+ * out of range or not open. */
+MIMI_API int mimi_batch_close(struct mimi_batch *batch, int slot);
+
+/* Returns an open slot to its just-created state. MIMI_EINVAL if the slot is not open. */
+MIMI_API int mimi_batch_reset(struct mimi_batch *batch, int slot);
+
+/* Advances the n listed slots (distinct, open) of an encode batch by one frame each. `pcm` holds
+ * n frames in the order of `slots` (pcm[k * frame_size + i]); `codes` receives n x n_codebooks
+ * codes in the same order (codes[k * n_codebooks + q]). Slots not listed do not advance.
+ * n = 0 is a no-op. Nothing advances on error: MIMI_EINVAL for a bad slot list or a non-finite
+ * sample, MIMI_ESTATE on a decode batch. */
+MIMI_API int mimi_batch_encode(struct mimi_batch *batch, int n, const int *slots, const float *pcm,
+                               int32_t *codes) MIMI_WARN_UNUSED;
+
+/* Advances the n listed slots of a decode batch by one frame each: codes[k * n_codebooks + q] in,
+ * pcm[k * frame_size + i] out. Every code is checked before anything advances. */
+MIMI_API int mimi_batch_decode(struct mimi_batch *batch, int n, const int *slots,
+                               const int32_t *codes, float *pcm) MIMI_WARN_UNUSED;
+
+/* The last error message recorded on this batch, or "". */
+MIMI_API const char *mimi_batch_errmsg(const struct mimi_batch *batch);
+
 // ---- offline (whole-signal) helpers ----
 
 /* The number of frames an offline encode of n_samples produces: ceil(n_samples / frame_size). */

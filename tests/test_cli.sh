@@ -20,7 +20,8 @@ MODEL=$3/native.safetensors
 CLIP=$DATA/dev_sweep_noise.wav
 FRAMES=22 # ceil(40800 / 1920)
 T=$(mktemp -d) || exit 1
-trap 'rm -rf "$T"' EXIT
+MAIN_PID=$$
+trap '[ "$BASHPID" = "$MAIN_PID" ] && rm -rf "$T"' EXIT # only the main shell cleans up
 unset MIMI_MODEL
 HAVE_SOXI=0
 command -v soxi >/dev/null 2>&1 && HAVE_SOXI=1
@@ -77,6 +78,15 @@ make_wav() {
     } >"$1"
 }
 
+# make_nan_wav PATH: a 32-bit float WAV of two samples, the second one NaN.
+make_nan_wav() {
+    {
+        printf 'RIFF'; le32 44; printf 'WAVEfmt '
+        le32 16; le16 3; le16 1; le32 24000; le32 96000; le16 4; le16 32
+        printf 'data'; le32 8; printf '\x00\x00\x00\x00\x00\x00\xc0\x7f'
+    } >"$1"
+}
+
 # make_npy PATH ROWS COLS [DATA_VALUES]: an int32 .npy file (version 1.0) of shape (ROWS, COLS)
 # holding the given values (which need not number ROWS * COLS, to make truncated files).
 make_npy() {
@@ -94,11 +104,12 @@ make_npy() {
 
 # ---- readers ----
 
-npy_header_len() { od -A n -t u1 -j 8 -N 2 "$1" | awk '{ print $1 + 256 * $2 }'; }
+npy_header_len() { od -A n -t u1 -j 8 -N 2 "$1" 2>/dev/null | awk '{ n = $1 + 256 * $2 } END { print n + 0 }'; }
 npy_header() { tail -c +11 "$1" | head -c "$(npy_header_len "$1")"; }
 # npy_is PATH DESCR SHAPE ITEM_BYTES COUNT: header fields and an exact file size.
 npy_is() {
     local h size
+    [ -f "$1" ] || return 1
     h=$(npy_header "$1") || return 1
     size=$(wc -c <"$1")
     [[ $h == *"'descr': '$2'"* && $h == *"'shape': $3"* ]] &&
@@ -106,6 +117,7 @@ npy_is() {
 }
 # Every int32 of the data section is in [0, 2048) (od prints in host order: little-endian hosts).
 codes_in_range() {
+    [ -f "$1" ] || return 1
     od -A n -v -t d4 -j $((10 + $(npy_header_len "$1"))) "$1" |
         awk '{ for (i = 1; i <= NF; i++) { n++; if ($i < 0 || $i >= 2048) bad++ } }
              END { exit !(n > 0 && bad == 0) }'
@@ -113,6 +125,7 @@ codes_in_range() {
 # wav_is PATH SAMPLES BITS: mono 24 kHz WAV with SAMPLES frames of BITS bits (soxi if installed,
 # else the 44-byte header of libsndfile's 16-bit files).
 wav_is() {
+    [ -f "$1" ] || return 1
     if [ "$HAVE_SOXI" = 1 ]; then
         [ "$(soxi -s "$1" 2>/dev/null)" = "$2" ] && [ "$(soxi -r "$1" 2>/dev/null)" = 24000 ] &&
             [ "$(soxi -c "$1" 2>/dev/null)" = 1 ] && [ "$(soxi -b "$1" 2>/dev/null)" = "$3" ]
@@ -126,9 +139,11 @@ wav_is() {
 # ---- general ----
 
 run version
-check "version prints a version" eval 'rc_is 0 && grep -qE "^mimi [0-9]+\.[0-9]+\.[0-9]+" "$T/stdout"'
+check "version prints a version" eval \
+    'rc_is 0 && grep -qE "^mimi [0-9]+\.[0-9]+\.[0-9]+" "$T/stdout"'
 run --help
-check "--help lists the commands" eval 'rc_is 0 && stdout_has encode && stdout_has decode && stdout_has synth'
+check "--help lists the commands" eval \
+    'rc_is 0 && stdout_has encode && stdout_has decode && stdout_has synth'
 for sub in encode decode synth; do
     run "$sub" --help
     check "$sub --help shows usage and an example" eval \
@@ -143,34 +158,41 @@ check "unknown command is a usage error" eval 'rc_is 2 && stderr_has frobnicate'
 
 run encode --model "$MODEL" "$CLIP" -o "$T/stream.npy"
 check "encode (streaming) exits 0 with a summary" eval 'rc_is 0 && stderr_has "$FRAMES frames"'
-check "encode (streaming) writes int32 [8, $FRAMES]" npy_is "$T/stream.npy" '<i4' "(8, $FRAMES)" 4 $((8 * FRAMES))
+check "encode (streaming) writes int32 [8, $FRAMES]" \
+    npy_is "$T/stream.npy" '<i4' "(8, $FRAMES)" 4 $((8 * FRAMES))
 check "encode (streaming) codes are in [0, 2048)" codes_in_range "$T/stream.npy"
 
 run encode --offline --model "$MODEL" "$CLIP" -o "$T/offline.npy"
 check "encode --offline exits 0" rc_is 0
-check "encode --offline writes int32 [8, $FRAMES]" npy_is "$T/offline.npy" '<i4' "(8, $FRAMES)" 4 $((8 * FRAMES))
+check "encode --offline writes int32 [8, $FRAMES]" \
+    npy_is "$T/offline.npy" '<i4' "(8, $FRAMES)" 4 $((8 * FRAMES))
 check "encode --offline codes are in [0, 2048)" codes_in_range "$T/offline.npy"
 
 run decode --model "$MODEL" "$T/stream.npy" -o "$T/out.wav"
 check "decode (streaming) exits 0" eval 'rc_is 0 && stderr_has "$FRAMES frames"'
-check "decode writes a 16-bit WAV of $FRAMES * 1920 samples" wav_is "$T/out.wav" $((FRAMES * 1920)) 16
-check "decode 16-bit WAV has a 44-byte header" eval '[ "$(wc -c <"$T/out.wav")" -eq $((44 + 2 * FRAMES * 1920)) ]'
+check "decode writes a 16-bit WAV of $FRAMES * 1920 samples" \
+    wav_is "$T/out.wav" $((FRAMES * 1920)) 16
+check "decode 16-bit WAV has a 44-byte header" eval \
+    '[ -f "$T/out.wav" ] && [ "$(wc -c <"$T/out.wav")" -eq $((44 + 2 * FRAMES * 1920)) ]'
 
 run decode --float --model "$MODEL" "$T/stream.npy" -o "$T/out_float.wav"
-check "decode --float writes a 32-bit float WAV" eval 'rc_is 0 && wav_is "$T/out_float.wav" $((FRAMES * 1920)) 32'
+check "decode --float writes a 32-bit float WAV" eval \
+    'rc_is 0 && wav_is "$T/out_float.wav" $((FRAMES * 1920)) 32'
 
 run decode --model "$MODEL" "$T/stream.npy" -o "$T/out.npy"
 check "decode to .npy writes float32 [$((FRAMES * 1920))]" eval \
     'rc_is 0 && npy_is "$T/out.npy" "<f4" "($((FRAMES * 1920)),)" 4 $((FRAMES * 1920))'
 
 run decode --offline --model "$MODEL" "$T/offline.npy" -o "$T/out_offline.wav"
-check "decode --offline writes $FRAMES * 1920 samples" eval 'rc_is 0 && wav_is "$T/out_offline.wav" $((FRAMES * 1920)) 16'
+check "decode --offline writes $FRAMES * 1920 samples" eval \
+    'rc_is 0 && wav_is "$T/out_offline.wav" $((FRAMES * 1920)) 16'
 
 # ---- small inputs: one frame ----
 
 make_wav "$T/one.wav" 24000 1 1920
 MIMI_MODEL=$MODEL run encode --quiet "$T/one.wav" -o "$T/env.npy"
-check "MIMI_MODEL is used when --model is absent" eval 'rc_is 0 && npy_is "$T/env.npy" "<i4" "(8, 1)" 4 8'
+check "MIMI_MODEL is used when --model is absent" eval \
+    'rc_is 0 && npy_is "$T/env.npy" "<i4" "(8, 1)" 4 8'
 check "--quiet prints nothing" eval '[ ! -s "$T/stderr" ]'
 
 run encode --model "$MODEL" --codebooks 4 "$T/one.wav" -o "$T/q4.npy"
@@ -181,7 +203,8 @@ check "decode --codebooks 2 of an [8, 1] file" eval 'rc_is 0 && wav_is "$T/q2.wa
 
 make_wav "$T/stereo.wav" 24000 2 1000
 run encode --model "$MODEL" "$T/stereo.wav" -o "$T/stereo.npy"
-check "stereo input is downmixed (1000 samples -> [8, 1])" eval 'rc_is 0 && npy_is "$T/stereo.npy" "<i4" "(8, 1)" 4 8'
+check "stereo input is downmixed (1000 samples -> [8, 1])" eval \
+    'rc_is 0 && npy_is "$T/stereo.npy" "<i4" "(8, 1)" 4 8'
 
 # ---- model errors ----
 
@@ -203,27 +226,36 @@ check "truncated model: exit 1, one line naming the file, no output" eval \
 echo "this is not audio" >"$T/in.txt"
 run encode --model "$MODEL" "$T/in.txt" -o "$T/txt.npy"
 check "text input: exit 1, one line naming the file, no output" eval \
-    'rc_is 1 && one_line && stderr_has "in.txt" && stderr_has "not a readable audio file" && absent "$T/txt.npy"'
+    'rc_is 1 && one_line && stderr_has "in.txt: not a readable audio file" && absent "$T/txt.npy"'
 
 make_wav "$T/empty.wav" 24000 1 0
 run encode --model "$MODEL" "$T/empty.wav" -o "$T/empty.npy"
 check "zero-length audio: exit 1, empty audio" eval \
-    'rc_is 1 && one_line && stderr_has "empty.wav" && stderr_has "empty audio" && absent "$T/empty.npy"'
+    'rc_is 1 && one_line && stderr_has "empty.wav: empty audio" && absent "$T/empty.npy"'
 
 make_wav "$T/cd.wav" 44100 1 100
 run encode --model "$MODEL" "$T/cd.wav" -o "$T/cd.npy"
 check "44.1 kHz input: exit 1 naming the rate" eval \
-    'rc_is 1 && stderr_has "cd.wav: sample rate 44100 Hz" && stderr_has "24000 Hz" && absent "$T/cd.npy"'
+    'rc_is 1 && one_line && stderr_has "cd.wav: sample rate 44100 Hz, the model needs 24000 Hz" &&
+        absent "$T/cd.npy"'
+
+make_nan_wav "$T/nan.wav"
+run encode --model "$MODEL" "$T/nan.wav" -o "$T/nan.npy"
+check "NaN sample: exit 1 naming the sample" eval \
+    'rc_is 1 && one_line && stderr_has "nan.wav: sample 1 of channel 0 is not a finite number" &&
+        absent "$T/nan.npy"'
 
 run encode --model "$MODEL" "$T/nonexistent.wav" -o "$T/ne.npy"
-check "missing input: exit 1 naming the file" eval 'rc_is 1 && one_line && stderr_has "nonexistent.wav"'
+check "missing input: exit 1 naming the file" eval \
+    'rc_is 1 && one_line && stderr_has "nonexistent.wav"'
 
 # ---- codes input errors ----
 
 make_npy "$T/range.npy" 8 1 0 0 0 5000 0 0 0 0
 run decode --model "$MODEL" "$T/range.npy" -o "$T/range.wav"
 check "code out of range: exit 1 naming file, value, codebook and frame" eval \
-    'rc_is 1 && tail -n 1 "$T/stderr" | grep -q "range.npy: code 5000 at codebook 3, frame 0" && absent "$T/range.wav"'
+    'rc_is 1 && one_line && stderr_has "range.npy: code 5000 at codebook 3, frame 0" &&
+        absent "$T/range.wav"'
 
 make_npy "$T/neg.npy" 2 2 1 2 3 -1
 run decode --model "$MODEL" "$T/neg.npy" -o "$T/neg.wav"
@@ -232,18 +264,22 @@ check "negative code: exit 1 naming the value" eval \
 
 make_npy "$T/q40.npy" 40 1 $(for _ in $(seq 40); do printf '0 '; done)
 run decode --model "$MODEL" "$T/q40.npy" -o "$T/q40.wav"
-check "40 codebooks: exit 1" eval 'rc_is 1 && stderr_has "q40.npy: has 40 codebooks" && absent "$T/q40.wav"'
+check "40 codebooks: exit 1" eval \
+    'rc_is 1 && stderr_has "q40.npy: has 40 codebooks" && absent "$T/q40.wav"'
 
 make_npy "$T/short.npy" 8 2 0 0 0 0 0 0 0 0
 run decode --model "$MODEL" "$T/short.npy" -o "$T/short.wav"
 check "truncated .npy: exit 1 with the data sizes" eval \
-    'rc_is 1 && one_line && stderr_has "short.npy: expected 64 bytes of data, found 32" && absent "$T/short.wav"'
+    'rc_is 1 && one_line && stderr_has "short.npy: expected 64 bytes of data, found 32" &&
+        absent "$T/short.wav"'
 
 run decode --model "$MODEL" "$T/in.txt" -o "$T/txt.wav"
-check "non-.npy codes: exit 1" eval 'rc_is 1 && one_line && stderr_has "in.txt: not a .npy file" && absent "$T/txt.wav"'
+check "non-.npy codes: exit 1" eval \
+    'rc_is 1 && one_line && stderr_has "in.txt: not a .npy file" && absent "$T/txt.wav"'
 
 run decode --model "$MODEL" --codebooks 9 "$T/env.npy" -o "$T/q9.wav"
-check "decode --codebooks above the file's count: exit 1" eval 'rc_is 1 && stderr_has "env.npy" && absent "$T/q9.wav"'
+check "decode --codebooks above the file's count: exit 1" eval \
+    'rc_is 1 && stderr_has "env.npy" && absent "$T/q9.wav"'
 
 # ---- outputs ----
 
@@ -270,7 +306,8 @@ check "no temporary files are left behind" no_temp_files
 # ---- usage errors ----
 
 run synth --bogus -o "$T/s.safetensors"
-check "synth with an unknown option: exit 2" eval 'rc_is 2 && stderr_has "--bogus" && absent "$T/s.safetensors"'
+check "synth with an unknown option: exit 2" eval \
+    'rc_is 2 && stderr_has "--bogus" && absent "$T/s.safetensors"'
 run synth --dtype f64 -o "$T/s.safetensors"
 check "synth --dtype f64: exit 2" eval 'rc_is 2 && absent "$T/s.safetensors"'
 run synth

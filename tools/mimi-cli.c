@@ -117,12 +117,12 @@ static void fail_msg(const char *file, const char *msg) {
         fprintf(stderr, "mimi: %s: %s\n", file, msg);
 }
 
-#define FORMAT_ARGS(buf, fmt)                                                                       \
-    do {                                                                                            \
-        va_list ap;                                                                                 \
-        va_start(ap, fmt);                                                                          \
-        vsnprintf(buf, sizeof buf, fmt, ap);                                                        \
-        va_end(ap);                                                                                 \
+#define FORMAT_ARGS(buf, fmt)                                                                      \
+    do {                                                                                           \
+        va_list ap;                                                                                \
+        va_start(ap, fmt);                                                                         \
+        vsnprintf(buf, sizeof buf, fmt, ap);                                                       \
+        va_end(ap);                                                                                \
     } while (0)
 
 static void failf(const char *file, const char *fmt, ...) {
@@ -198,7 +198,8 @@ struct opts {
 };
 
 static const char *const NAMINGS[] = {[SYNTH_NAMING_KYUTAI] = "kyutai", [SYNTH_NAMING_HF] = "hf"};
-static const char *const DTYPES[] = {[SYNTH_F32] = "f32", [SYNTH_F16] = "f16", [SYNTH_BF16] = "bf16"};
+static const char *const DTYPES[] = {[SYNTH_F32] = "f32", [SYNTH_F16] = "f16",
+                                     [SYNTH_BF16] = "bf16"};
 
 // The index of `v` in names[0 .. n), or -1.
 static int pick(const char *v, const char *const *names, int n) {

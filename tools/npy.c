@@ -100,7 +100,8 @@ static int parse_string(struct cursor *c, char *out, size_t cap) {
         if (ch < 0) return syntax(c, "unterminated string");
         c->pos++;
         if (ch == q) break;
-        if (ch == '\\' || ch < 0x20 || ch > 0x7e) return syntax(c, "unexpected character in string");
+        if (ch == '\\' || ch < 0x20 || ch > 0x7e)
+            return syntax(c, "unexpected character in string");
         if (len + 1 >= cap) return syntax(c, "string too long");
         out[len++] = (char)ch;
     }

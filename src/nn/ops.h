@@ -28,9 +28,8 @@ void mimi_layer_norm(const float *x, float *y, int rows, int d, const float *w, 
 // pairs (v[2i], v[2i+1]) rotate by pos * max_period^(-2i/head_dim).  v: (head_dim)
 void mimi_rope(float *v, int head_dim, float pos, float max_period);
 
-// Index of the smallest norms[j] - 2 dot(x, codebook[j]) over j < bins; ties go to the lowest
-// index.  codebook: (bins, dim); norms: (bins); x: (dim); scores: scratch (bins)
-int mimi_nearest_code(const float *codebook, const float *norms, int bins, int dim, const float *x,
-                      float *scores);
+// Index of the smallest norms[j] - 2 dots[j] over j < bins (the squared distance to entry j up to
+// a constant); ties go to the lowest index.  norms, dots: (bins)
+int mimi_argmin_distance(const float *norms, const float *dots, int bins);
 
 #endif

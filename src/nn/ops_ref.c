@@ -71,13 +71,11 @@ void mimi_rope(float *v, int head_dim, float pos, float max_period) {
 
 // ---- nearest codebook entry ----
 
-int mimi_nearest_code(const float *codebook, const float *norms, int bins, int dim, const float *x,
-                      float *scores) {
-    mimi_matmul_nt(bins, 1, dim, codebook, dim, x, dim, NULL, scores, 1, 1);
+int mimi_argmin_distance(const float *norms, const float *dots, int bins) {
     int best = 0;
-    float best_d = norms[0] - 2.0f * scores[0];
+    float best_d = norms[0] - 2.0f * dots[0];
     for (int j = 1; j < bins; j++) {
-        float d = norms[j] - 2.0f * scores[j];
+        float d = norms[j] - 2.0f * dots[j];
         if (d < best_d) {
             best_d = d;
             best = j;

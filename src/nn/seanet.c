@@ -21,27 +21,31 @@ static int layer_steps_out(const struct seanet_layer *l, int T) {
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-void seanet_layout(struct arena *a, const struct seanet *s, int T_in, struct seanet_mem *m,
-                   struct seanet_scratch *sc) {
+void seanet_mem_layout(struct arena *a, const struct seanet *s, struct seanet_mem *m) {
+    for (int i = 0; i < s->n_layers; i++)
+        if (s->layers[i].kind != SEANET_ELU) conv_mem_layout(a, &s->layers[i].conv, &m->conv[i]);
+}
+
+void seanet_scratch_layout(struct arena *a, const struct seanet *s, int n, int T_in,
+                           struct seanet_scratch *sc) {
     size_t act = (size_t)s->layers[0].conv.c_in * T_in, res = 0, work = 0;
     int T = T_in;
     for (int i = 0; i < s->n_layers; i++) {
         const struct seanet_layer *l = &s->layers[i];
-        if (l->kind != SEANET_ELU) conv_mem_layout(a, &l->conv, &m->conv[i]);
-        if (l->kind == SEANET_CONV || l->kind == SEANET_CONVTR || l->kind == SEANET_RESBLOCK)
-            work = max_size(work, conv_work_floats(&l->conv, T));
+        if (l->kind != SEANET_ELU) work = max_size(work, conv_work_floats(&l->conv, n, T));
         if (l->kind == SEANET_RESBLOCK) {
-            work = max_size(work, conv_work_floats(&l->conv2, T));
+            work = max_size(work, conv_work_floats(&l->conv2, n, T));
             res = max_size(res, (size_t)l->channels_out * T);
         }
         T = layer_steps_out(l, T);
         act = max_size(act, (size_t)l->channels_out * T);
     }
-    sc->act[0] = arena_floats(a, act);
-    sc->act[1] = arena_floats(a, act);
-    sc->res[0] = arena_floats(a, res);
-    sc->res[1] = arena_floats(a, res);
+    sc->act[0] = arena_floats(a, act * n);
+    sc->act[1] = arena_floats(a, act * n);
+    sc->res[0] = arena_floats(a, res * n);
+    sc->res[1] = arena_floats(a, res * n);
     sc->work = arena_floats(a, work);
+    sc->mems = (struct conv_mem **)arena_take(a, sizeof(struct conv_mem *) * (size_t)n);
 }
 
 void seanet_reset(const struct seanet *s, struct seanet_mem *m) {
@@ -51,40 +55,42 @@ void seanet_reset(const struct seanet *s, struct seanet_mem *m) {
 
 // ---- forward ----
 
-// x (C, T) += conv1x1(elu(conv_k3(elu(x)))), using res[0] (C, T) and res[1] (C/2, T).
-static void resblock(const struct seanet_layer *l, struct conv_mem *m, struct seanet_scratch *sc,
-                     float *x, int T) {
-    size_t n = (size_t)l->conv.c_in * T;
+// x (C, n, T) += conv1x1(elu(conv_k3(elu(x)))), using res[0] (C, n, T) and res[1] (C/2, n, T).
+static void resblock(const struct seanet_layer *l, struct conv_mem **mems, int n,
+                     struct seanet_scratch *sc, float *x, int T) {
+    size_t count = (size_t)l->conv.c_in * n * T;
     float *h = sc->res[0], *mid = sc->res[1];
-    memcpy(h, x, sizeof(float) * n);
-    mimi_elu(h, n);
-    conv1d_stream(&l->conv, m, h, T, mid, sc->work);
-    mimi_elu(mid, (size_t)l->conv.c_out * T);
-    struct conv_mem none = {0};  // the 1x1 conv keeps no history
-    conv1d_stream(&l->conv2, &none, mid, T, h, sc->work);
-    for (size_t i = 0; i < n; i++) x[i] += h[i];
+    memcpy(h, x, sizeof(float) * count);
+    mimi_elu(h, count);
+    conv1d_stream(&l->conv, mems, n, h, T, mid, sc->work);
+    mimi_elu(mid, (size_t)l->conv.c_out * n * T);
+    // the 1x1 conv keeps no history
+    conv1d_stream(&l->conv2, mems, n, mid, T, h, sc->work);
+    for (size_t i = 0; i < count; i++) x[i] += h[i];
 }
 
-float *seanet_forward(const struct seanet *s, struct seanet_mem *m, struct seanet_scratch *sc,
-                      const float *x, int T_in, int *T_out) {
+float *seanet_forward(const struct seanet *s, struct seanet_mem **mems, int n,
+                      struct seanet_scratch *sc, const float *x, int T_in, int *T_out) {
     int cur = 0, T = T_in;
-    memcpy(sc->act[0], x, sizeof(float) * (size_t)s->layers[0].conv.c_in * T_in);
+    memcpy(sc->act[0], x, sizeof(float) * (size_t)s->layers[0].conv.c_in * n * T_in);
     for (int i = 0; i < s->n_layers; i++) {
         const struct seanet_layer *l = &s->layers[i];
         float *in = sc->act[cur], *out = sc->act[1 - cur];
+        // this layer's memory in every slot
+        for (int k = 0; k < n; k++) sc->mems[k] = &mems[k]->conv[i];
         switch (l->kind) {
         case SEANET_ELU:
-            mimi_elu(in, (size_t)l->channels_out * T);
+            mimi_elu(in, (size_t)l->channels_out * n * T);
             break;
         case SEANET_RESBLOCK:
-            resblock(l, &m->conv[i], sc, in, T);
+            resblock(l, sc->mems, n, sc, in, T);
             break;
         case SEANET_CONV:
-            conv1d_stream(&l->conv, &m->conv[i], in, T, out, sc->work);
+            conv1d_stream(&l->conv, sc->mems, n, in, T, out, sc->work);
             cur = 1 - cur;
             break;
         case SEANET_CONVTR:
-            convtr_stream(&l->conv, &m->conv[i], in, T, out, sc->work);
+            convtr_stream(&l->conv, sc->mems, n, in, T, out, sc->work);
             cur = 1 - cur;
             break;
         }

@@ -16,8 +16,8 @@
 
 // ---- layout ----
 
-void transformer_layout(struct arena *a, const struct transformer *t, int steps, int capacity,
-                        struct transformer_mem *m, struct transformer_scratch *sc) {
+void transformer_mem_layout(struct arena *a, const struct transformer *t, int capacity,
+                            struct transformer_mem *m) {
     const size_t d = (size_t)t->d_model;
     for (int l = 0; l < t->n_layers; l++) {
         m->keys[l] = arena_floats(a, (size_t)capacity * d);
@@ -26,11 +26,16 @@ void transformer_layout(struct arena *a, const struct transformer *t, int steps,
     m->positions = (int64_t *)arena_take(a, sizeof(int64_t) * (size_t)capacity);
     m->capacity = capacity;
     m->next_position = 0;
-    sc->x = arena_floats(a, steps * d);
-    sc->h = arena_floats(a, steps * d);
-    sc->qkv = arena_floats(a, steps * 3 * d);
-    sc->att = arena_floats(a, steps * d);
-    sc->ff = arena_floats(a, (size_t)steps * t->d_ff);
+}
+
+void transformer_scratch_layout(struct arena *a, const struct transformer *t, int n, int steps,
+                                int capacity, struct transformer_scratch *sc) {
+    const size_t rows = (size_t)n * steps, d = (size_t)t->d_model;
+    sc->x = arena_floats(a, rows * d);
+    sc->h = arena_floats(a, rows * d);
+    sc->qkv = arena_floats(a, rows * 3 * d);
+    sc->att = arena_floats(a, rows * d);
+    sc->ff = arena_floats(a, rows * t->d_ff);
     sc->scores = arena_floats(a, (size_t)capacity);
 }
 
@@ -83,17 +88,14 @@ static void attend(const struct transformer *t, const struct transformer_mem *m,
 
 // ---- layer ----
 
-static void layer_forward(const struct transformer *t, struct transformer_mem *m,
-                          struct transformer_scratch *sc, int l, int steps) {
-    const struct transformer_layer *w = &t->layers[l];
+// Rotates q and k of `steps` rows of one slot, writes its keys and values into its ring, then
+// attends every query of the slot (all keys of the call are in the ring before any query runs).
+static void slot_attention(const struct transformer *t, struct transformer_mem *m,
+                           struct transformer_scratch *sc, int l, float *qkv, float *att, int steps) {
     const int d = t->d_model, hd = t->head_dim;
-    // h = LN1(x); qkv (steps, 3d) = h . in_proj^T
-    mimi_layer_norm(sc->x, sc->h, steps, d, w->norm1_w, w->norm1_b, 1e-5f);
-    mimi_matmul_nt(3 * d, steps, d, w->in_proj, d, sc->h, d, NULL, sc->qkv, 1, 3 * d);
-    // rotate q and k, then write every step's k and v into the ring before attending
     for (int s = 0; s < steps; s++) {
         int64_t pos = m->next_position + s;
-        float *q = sc->qkv + (size_t)s * 3 * d, *k = q + d, *v = q + 2 * d;
+        float *q = qkv + (size_t)s * 3 * d, *k = q + d, *v = q + 2 * d;
         for (int h = 0; h < t->n_heads; h++) {
             mimi_rope(q + h * hd, hd, (float)pos, t->max_period);
             mimi_rope(k + h * hd, hd, (float)pos, t->max_period);
@@ -105,27 +107,39 @@ static void layer_forward(const struct transformer *t, struct transformer_mem *m
     }
     for (int s = 0; s < steps; s++)
         for (int h = 0; h < t->n_heads; h++)
-            attend(t, m, l, h, sc->qkv + (size_t)s * 3 * d + h * hd, m->next_position + s,
-                   sc->scores, sc->att + (size_t)s * d + h * hd);
-    // x += scale1 * (att . out_proj^T)
-    mimi_matmul_nt(d, steps, d, w->out_proj, d, sc->att, d, NULL, sc->h, 1, d);
-    for (size_t i = 0; i < (size_t)steps * d; i++) sc->x[i] += w->scale1[i % d] * sc->h[i];
-    // x += scale2 * (gelu(LN2(x) . linear1^T) . linear2^T)
-    mimi_layer_norm(sc->x, sc->h, steps, d, w->norm2_w, w->norm2_b, 1e-5f);
-    mimi_matmul_nt(t->d_ff, steps, d, w->linear1, d, sc->h, d, NULL, sc->ff, 1, t->d_ff);
-    mimi_gelu(sc->ff, (size_t)steps * t->d_ff);
-    mimi_matmul_nt(d, steps, t->d_ff, w->linear2, t->d_ff, sc->ff, t->d_ff, NULL, sc->h, 1, d);
-    for (size_t i = 0; i < (size_t)steps * d; i++) sc->x[i] += w->scale2[i % d] * sc->h[i];
+            attend(t, m, l, h, qkv + (size_t)s * 3 * d + h * hd, m->next_position + s, sc->scores,
+                   att + (size_t)s * d + h * hd);
 }
 
-void transformer_forward(const struct transformer *t, struct transformer_mem *m,
+static void layer_forward(const struct transformer *t, struct transformer_mem **mems, int n,
+                          struct transformer_scratch *sc, int l, int steps) {
+    const struct transformer_layer *w = &t->layers[l];
+    const int d = t->d_model, rows = n * steps;
+    // h = LN1(x); qkv (rows, 3d) = h . in_proj^T for every slot at once
+    mimi_layer_norm(sc->x, sc->h, rows, d, w->norm1_w, w->norm1_b, 1e-5f);
+    mimi_matmul_nt(3 * d, rows, d, w->in_proj, d, sc->h, d, NULL, sc->qkv, 1, 3 * d);
+    for (int k = 0; k < n; k++)
+        slot_attention(t, mems[k], sc, l, sc->qkv + (size_t)k * steps * 3 * d,
+                       sc->att + (size_t)k * steps * d, steps);
+    // x += scale1 * (att . out_proj^T)
+    mimi_matmul_nt(d, rows, d, w->out_proj, d, sc->att, d, NULL, sc->h, 1, d);
+    for (size_t i = 0; i < (size_t)rows * d; i++) sc->x[i] += w->scale1[i % d] * sc->h[i];
+    // x += scale2 * (gelu(LN2(x) . linear1^T) . linear2^T)
+    mimi_layer_norm(sc->x, sc->h, rows, d, w->norm2_w, w->norm2_b, 1e-5f);
+    mimi_matmul_nt(t->d_ff, rows, d, w->linear1, d, sc->h, d, NULL, sc->ff, 1, t->d_ff);
+    mimi_gelu(sc->ff, (size_t)rows * t->d_ff);
+    mimi_matmul_nt(d, rows, t->d_ff, w->linear2, t->d_ff, sc->ff, t->d_ff, NULL, sc->h, 1, d);
+    for (size_t i = 0; i < (size_t)rows * d; i++) sc->x[i] += w->scale2[i % d] * sc->h[i];
+}
+
+void transformer_forward(const struct transformer *t, struct transformer_mem **mems, int n,
                          struct transformer_scratch *sc, float *io, int steps) {
-    const int d = t->d_model;
-    // (d, steps) -> (steps, d)
+    const int d = t->d_model, rows = n * steps;
+    // (d, n*steps) -> (n*steps, d)
     for (int c = 0; c < d; c++)
-        for (int s = 0; s < steps; s++) sc->x[(size_t)s * d + c] = io[(size_t)c * steps + s];
-    for (int l = 0; l < t->n_layers; l++) layer_forward(t, m, sc, l, steps);
+        for (int r = 0; r < rows; r++) sc->x[(size_t)r * d + c] = io[(size_t)c * rows + r];
+    for (int l = 0; l < t->n_layers; l++) layer_forward(t, mems, n, sc, l, steps);
     for (int c = 0; c < d; c++)
-        for (int s = 0; s < steps; s++) io[(size_t)c * steps + s] = sc->x[(size_t)s * d + c];
-    m->next_position += steps;
+        for (int r = 0; r < rows; r++) io[(size_t)c * rows + r] = sc->x[(size_t)r * d + c];
+    for (int k = 0; k < n; k++) mems[k]->next_position += steps;
 }

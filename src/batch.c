@@ -1,0 +1,291 @@
+/*
+ * batch.c - many streams of one direction advanced together (struct mimi_batch).
+ *
+ * Each slot owns its streaming memory (conv histories, transposed-conv tails, attention rings);
+ * the scratch is shared and sized for the full capacity. A step gathers the listed slots'
+ * memories layer by layer and runs each layer once over all of them, so every weight is read
+ * once per step whatever the number of slots.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+
+// ---- layout ----
+
+static int ring_capacity(const struct mimi_batch *b, const struct transformer *t) {
+    // the reference's ring holds exactly the context; an exact window needs room for one frame
+    return b->attention == MIMI_ATTENTION_RING ? t->context : t->context + b->model->steps_per_frame;
+}
+
+static void layout(struct mimi_batch *b, struct arena *a) {
+    const struct mimi_model *m = b->model;
+    const int cap = b->capacity, d = m->latent_dim, steps = m->steps_per_frame;
+    const int encode = b->direction == MIMI_DIRECTION_ENCODE;
+    const struct transformer *tr = encode ? &m->enc_tr : &m->dec_tr;
+    const struct seanet *sn = encode ? &m->encoder : &m->decoder;
+    const struct mimi_conv *resample = encode ? &m->downsample : &m->upsample;
+    const int ring = ring_capacity(b, tr);
+    b->open = arena_take(a, (size_t)cap);
+    b->listed = arena_take(a, (size_t)cap);
+    if (encode) b->enc = arena_take(a, sizeof(struct enc_slot) * (size_t)cap);
+    else b->dec = arena_take(a, sizeof(struct dec_slot) * (size_t)cap);
+    for (int s = 0; s < cap; s++) {
+        // per-slot memory: read the addresses only once the block exists
+        struct seanet_mem tmp_sn;
+        struct transformer_mem tmp_tr;
+        struct conv_mem tmp_rs;
+        struct seanet_mem *msn = a->base ? (encode ? &b->enc[s].seanet : &b->dec[s].seanet) : &tmp_sn;
+        struct transformer_mem *mtr = a->base ? (encode ? &b->enc[s].tr : &b->dec[s].tr) : &tmp_tr;
+        struct conv_mem *mrs = a->base ? (encode ? &b->enc[s].down : &b->dec[s].up) : &tmp_rs;
+        seanet_mem_layout(a, sn, msn);
+        transformer_mem_layout(a, tr, ring, mtr);
+        conv_mem_layout(a, resample, mrs);
+    }
+    b->seanet_mems = arena_take(a, sizeof(struct seanet_mem *) * (size_t)cap);
+    b->tr_mems = arena_take(a, sizeof(struct transformer_mem *) * (size_t)cap);
+    b->resample_mems = arena_take(a, sizeof(struct conv_mem *) * (size_t)cap);
+    seanet_scratch_layout(a, sn, cap, encode ? m->frame_size : steps, &b->seanet_scratch);
+    transformer_scratch_layout(a, tr, cap, steps, ring, &b->tr_scratch);
+    b->resample_work = arena_floats(a, conv_work_floats(resample, cap, encode ? steps : 1));
+    b->latent = arena_floats(a, (size_t)d * cap);
+    b->upsampled = arena_floats(a, (size_t)d * cap * steps);
+    b->q_work = arena_floats(a, quantizer_work_floats(&m->quantizer, cap));
+}
+
+static void slot_reset(struct mimi_batch *b, int s) {
+    const struct mimi_model *m = b->model;
+    if (b->direction == MIMI_DIRECTION_ENCODE) {
+        seanet_reset(&m->encoder, &b->enc[s].seanet);
+        transformer_reset(&m->enc_tr, &b->enc[s].tr);
+        conv_mem_reset(&m->downsample, &b->enc[s].down);
+    } else {
+        seanet_reset(&m->decoder, &b->dec[s].seanet);
+        transformer_reset(&m->dec_tr, &b->dec[s].tr);
+        conv_mem_reset(&m->upsample, &b->dec[s].up);
+    }
+}
+
+// ---- lifetime ----
+
+void mimi_batch_params_default(struct mimi_batch_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->direction = MIMI_DIRECTION_ENCODE;
+    p->capacity = 1;
+    p->n_codebooks = 8;
+    p->attention = MIMI_ATTENTION_RING;
+}
+
+struct mimi_batch *mimi_batch_create(const struct mimi_model *model,
+                                     const struct mimi_batch_params *params, int *err) {
+    struct mimi_batch_params defaults;
+    if (!params) {
+        mimi_batch_params_default(&defaults);
+        params = &defaults;
+    }
+    int rc = MIMI_OK;
+    if (!model || params->capacity < 1 || params->capacity > 65536 ||
+        (params->direction != MIMI_DIRECTION_ENCODE && params->direction != MIMI_DIRECTION_DECODE) ||
+        (params->attention != MIMI_ATTENTION_RING && params->attention != MIMI_ATTENTION_WINDOW))
+        rc = MIMI_EINVAL;
+    else if (params->n_codebooks < 1 || params->n_codebooks > model->quantizer.n_q) {
+        mimi_log(model, MIMI_LOG_ERROR, "n_codebooks %d is outside 1..%d", params->n_codebooks,
+                 model->quantizer.n_q);
+        rc = MIMI_EINVAL;
+    }
+    struct mimi_batch *b = rc ? NULL : calloc(1, sizeof *b);
+    if (!rc && !b) rc = MIMI_ENOMEM;
+    if (b) {
+        b->model = model;
+        b->direction = params->direction;
+        b->capacity = params->capacity;
+        b->n_codebooks = params->n_codebooks;
+        b->attention = params->attention;
+        b->tap = params->tap;
+        b->tap_user = params->tap_user;
+        struct arena measure = {0};
+        layout(b, &measure);
+        struct arena block = {.base = aligned_alloc(64, (measure.used + 63) & ~(size_t)63)};
+        b->block = block.base;
+        if (!block.base) rc = MIMI_ENOMEM;
+        else {
+            layout(b, &block);
+            memset(b->open, 0, (size_t)b->capacity);
+            memset(b->listed, 0, (size_t)b->capacity);
+        }
+    }
+    if (rc) {
+        mimi_batch_destroy(b);
+        if (err) *err = rc;
+        return NULL;
+    }
+    if (err) *err = MIMI_OK;
+    return b;
+}
+
+void mimi_batch_destroy(struct mimi_batch *b) {
+    if (!b) return;
+    free(b->block);
+    free(b);
+}
+
+int mimi_batch_open(struct mimi_batch *b) {
+    if (!b) return MIMI_EINVAL;
+    for (int s = 0; s < b->capacity; s++)
+        if (!b->open[s]) {
+            slot_reset(b, s);
+            b->open[s] = 1;
+            return s;
+        }
+    return MIMI_EFULL;
+}
+
+static int valid_open(const struct mimi_batch *b, int slot) {
+    return b && slot >= 0 && slot < b->capacity && b->open[slot];
+}
+
+int mimi_batch_close(struct mimi_batch *b, int slot) {
+    if (!valid_open(b, slot)) return MIMI_EINVAL;
+    b->open[slot] = 0;
+    return MIMI_OK;
+}
+
+int mimi_batch_reset(struct mimi_batch *b, int slot) {
+    if (!valid_open(b, slot)) return MIMI_EINVAL;
+    slot_reset(b, slot);
+    return MIMI_OK;
+}
+
+void mimi_batch_error(struct mimi_batch *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errmsg, sizeof b->errmsg, fmt, ap);
+    va_end(ap);
+}
+
+const char *mimi_batch_errmsg(const struct mimi_batch *b) { return b ? b->errmsg : ""; }
+
+// ---- steps ----
+
+static void tap(const struct mimi_batch *b, const char *name, const float *data, int channels,
+                int steps) {
+    if (b->tap) b->tap(b->tap_user, name, data, channels, steps);
+}
+
+void mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
+                                 int32_t *codes) {
+    const struct mimi_model *m = b->model;
+    const int d = m->latent_dim;
+    int steps;
+    for (int k = 0; k < n; k++) {
+        b->seanet_mems[k] = &b->enc[slots[k]].seanet;
+        b->tr_mems[k] = &b->enc[slots[k]].tr;
+        b->resample_mems[k] = &b->enc[slots[k]].down;
+    }
+    // SEANet: (1, n, frame) -> (d, n, steps); transformer in place; downsample -> (d, n)
+    float *x = seanet_forward(&m->encoder, b->seanet_mems, n, &b->seanet_scratch, pcm,
+                              m->frame_size, &steps);
+    tap(b, "enc_seanet", x, d, n * steps);
+    transformer_forward(&m->enc_tr, b->tr_mems, n, &b->tr_scratch, x, steps);
+    tap(b, "enc_transformer", x, d, n * steps);
+    conv1d_stream(&m->downsample, b->resample_mems, n, x, steps, b->latent, b->resample_work);
+    tap(b, "latent", b->latent, d, n);
+    quantizer_encode(&m->quantizer, b->latent, n, b->n_codebooks, codes, b->q_work);
+}
+
+void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
+                                 const int32_t *codes, float *pcm) {
+    const struct mimi_model *m = b->model;
+    const int d = m->latent_dim, steps = m->steps_per_frame;
+    int T;
+    for (int k = 0; k < n; k++) {
+        b->seanet_mems[k] = &b->dec[slots[k]].seanet;
+        b->tr_mems[k] = &b->dec[slots[k]].tr;
+        b->resample_mems[k] = &b->dec[slots[k]].up;
+    }
+    // codes -> latent (d, n) -> upsample (d, n, steps) -> transformer -> SEANet (1, n, frame)
+    quantizer_decode(&m->quantizer, codes, n, b->n_codebooks, b->latent, b->q_work);
+    tap(b, "dec_latent", b->latent, d, n);
+    convtr_stream(&m->upsample, b->resample_mems, n, b->latent, 1, b->upsampled, b->resample_work);
+    tap(b, "dec_upsample", b->upsampled, d, n * steps);
+    transformer_forward(&m->dec_tr, b->tr_mems, n, &b->tr_scratch, b->upsampled, steps);
+    tap(b, "dec_transformer", b->upsampled, d, n * steps);
+    float *out = seanet_forward(&m->decoder, b->seanet_mems, n, &b->seanet_scratch, b->upsampled,
+                                steps, &T);
+    memcpy(pcm, out, sizeof(float) * (size_t)n * m->frame_size);
+}
+
+// Checks a step's slot list: 0 <= n <= capacity, every slot open and listed once.
+static int check_slots(struct mimi_batch *b, int direction, int n, const int *slots) {
+    if (b->direction != direction) {
+        mimi_batch_error(b, "this batch %s; it cannot %s", b->direction ? "decodes" : "encodes",
+                         direction ? "decode" : "encode");
+        return MIMI_ESTATE;
+    }
+    if (n < 0 || n > b->capacity || (n && !slots)) {
+        mimi_batch_error(b, "%d slots listed, capacity %d", n, b->capacity);
+        return MIMI_EINVAL;
+    }
+    int rc = MIMI_OK;
+    for (int k = 0; k < n && rc == MIMI_OK; k++) {
+        if (!valid_open(b, slots[k])) {
+            mimi_batch_error(b, "slot %d is not open", slots[k]);
+            rc = MIMI_EINVAL;
+        } else if (b->listed[slots[k]]) {
+            mimi_batch_error(b, "slot %d is listed twice", slots[k]);
+            rc = MIMI_EINVAL;
+        } else {
+            b->listed[slots[k]] = 1;
+        }
+    }
+    for (int k = 0; k < n; k++)
+        if (slots[k] >= 0 && slots[k] < b->capacity) b->listed[slots[k]] = 0;
+    return rc;
+}
+
+int mimi_batch_encode(struct mimi_batch *b, int n, const int *slots, const float *pcm,
+                      int32_t *codes) {
+    if (!b) return MIMI_EINVAL;
+    int rc = check_slots(b, MIMI_DIRECTION_ENCODE, n, slots);
+    if (rc || n == 0) return rc;
+    if (!pcm || !codes) return MIMI_EINVAL;
+    size_t count = (size_t)n * b->model->frame_size;
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(pcm[i])) {
+            mimi_batch_error(b, "sample %zu of frame %zu is NaN or infinite", i % b->model->frame_size,
+                             i / b->model->frame_size);
+            return MIMI_EINVAL;
+        }
+    mimi_batch_encode_unchecked(b, n, slots, pcm, codes);
+    return MIMI_OK;
+}
+
+int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n_frames) {
+    const int n = b->n_codebooks, bins = b->model->quantizer.bins;
+    for (int64_t f = 0; f < n_frames; f++)
+        for (int q = 0; q < n; q++) {
+            int32_t v = codes[f * n + q];
+            if (v < 0 || v >= bins) {
+                mimi_batch_error(b, "code %d at frame %lld, codebook %d is outside [0, %d)", (int)v,
+                                 (long long)f, q, bins);
+                return MIMI_EINVAL;
+            }
+        }
+    return MIMI_OK;
+}
+
+int mimi_batch_decode(struct mimi_batch *b, int n, const int *slots, const int32_t *codes,
+                      float *pcm) {
+    if (!b) return MIMI_EINVAL;
+    int rc = check_slots(b, MIMI_DIRECTION_DECODE, n, slots);
+    if (rc || n == 0) return rc;
+    if (!pcm || !codes) return MIMI_EINVAL;
+    rc = mimi_batch_check_codes(b, codes, n);
+    if (rc) return rc;
+    mimi_batch_decode_unchecked(b, n, slots, codes, pcm);
+    return MIMI_OK;
+}

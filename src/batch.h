@@ -1,0 +1,62 @@
+/*
+ * batch.h - the batch object (many streams of one direction) shared by batch.c and stream.c,
+ * where encoders and decoders are batches of one. Never installed.
+ */
+#ifndef MIMI_BATCH_H
+#define MIMI_BATCH_H
+
+#include "internal.h"
+#include "nn/nn.h"
+
+// One slot's streaming memory.
+struct enc_slot {
+    struct seanet_mem seanet;
+    struct transformer_mem tr;
+    struct conv_mem down;
+};
+
+struct dec_slot {
+    struct seanet_mem seanet;
+    struct transformer_mem tr;
+    struct conv_mem up;
+};
+
+struct mimi_batch {
+    const struct mimi_model *model;
+    int direction, capacity, n_codebooks, attention;
+    mimi_tap_fn tap;
+    void *tap_user;
+    char errmsg[MIMI_ERRMSG_LEN];
+    void *block;              // everything below points into this one allocation
+    unsigned char *open;      // (capacity)
+    unsigned char *listed;    // (capacity) marks for the distinct-slot check
+    struct enc_slot *enc;     // (capacity), encode batches
+    struct dec_slot *dec;     // (capacity), decode batches
+    struct seanet_mem **seanet_mems;   // (capacity) gathered per step
+    struct transformer_mem **tr_mems;  // (capacity)
+    struct conv_mem **resample_mems;   // (capacity)
+    struct seanet_scratch seanet_scratch;
+    struct transformer_scratch tr_scratch;
+    float *resample_work;
+    float *latent;     // (latent_dim, capacity)
+    float *upsampled;  // (latent_dim, capacity, steps_per_frame)
+    float *q_work;
+};
+
+// Records a message on the batch (mimi_batch_errmsg).
+void mimi_batch_error(struct mimi_batch *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+// The step without argument checks: slots valid, open and distinct, inputs checked.
+void mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
+                                 int32_t *codes);
+void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
+                                 const int32_t *codes, float *pcm);
+
+// Checks codes (n frames of n_codebooks) against the codebook size; records the first bad one.
+int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n_frames);
+
+#endif

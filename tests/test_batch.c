@@ -1,0 +1,160 @@
+/*
+ * test_batch.c - many streams in one batch: a slot gives bit for bit what a lone stream fed the
+ * same frames gives, slots not listed in a step do not advance, and open / close / reset and
+ * the slot-list checks behave as documented.
+ */
+#include "mimi.h"
+#include "safetensors.h"
+#include "test.h"
+
+#define FRAME 1920
+#define N_Q 8
+#define SLOTS 3
+#define FRAMES 6
+
+static struct mimi_model *model;
+static float *clip;  // dev_speech_en
+
+static void load_inputs(void) {
+    int rc;
+    model = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", NULL, &rc);
+    if (!model) SKIP("no synthetic model: %s", mimi_strerror(rc));
+    struct st_file refs;
+    char err[256];
+    if (st_open(&refs, MIMI_TEST_DATA "/refs_seed0.safetensors", err, sizeof err)) exit(1);
+    const struct st_tensor *t = st_find(&refs, "dev_speech_en.pcm_in");
+    clip = malloc(sizeof(float) * t->n_elements);
+    if (st_to_f32(t, clip)) exit(1);
+    st_close(&refs);
+}
+
+// Slot s reads the clip from offset s * 7 frames, so every slot sees different audio.
+static const float *slot_frame(int s, int f) { return clip + ((size_t)s * 7 + f) * FRAME; }
+
+static void test_encode_decode(void) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = SLOTS;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *enc = mimi_batch_create(model, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = mimi_batch_create(model, &bp, NULL);
+    int ids[SLOTS];
+    for (int s = 0; s < SLOTS; s++) {
+        ids[s] = mimi_batch_open(enc);
+        CHECK_EQ(ids[s], s);
+        CHECK_EQ(mimi_batch_open(dec), s);
+    }
+    CHECK_EQ(mimi_batch_open(enc), MIMI_EFULL);
+    // batch codes and pcm per slot and frame; slot 1 skips frame 2 (it must not advance)
+    int32_t codes[SLOTS][FRAMES][N_Q];
+    static float pcm[SLOTS][FRAMES][FRAME];
+    int done[SLOTS] = {0};
+    for (int step = 0; step < FRAMES + 1; step++) {
+        int list[SLOTS], n = 0;
+        float in[SLOTS * FRAME];
+        int32_t out[SLOTS * N_Q];
+        for (int s = SLOTS - 1; s >= 0; s--) {  // listed in reverse order on purpose
+            if (done[s] == FRAMES || (s == 1 && step == 2)) continue;
+            memcpy(in + n * FRAME, slot_frame(s, done[s]), sizeof(float) * FRAME);
+            list[n++] = s;
+        }
+        CHECK_EQ(mimi_batch_encode(enc, n, list, in, out), MIMI_OK);
+        float pout[SLOTS * FRAME];
+        CHECK_EQ(mimi_batch_decode(dec, n, list, out, pout), MIMI_OK);
+        for (int k = 0; k < n; k++) {
+            memcpy(codes[list[k]][done[list[k]]], out + k * N_Q, sizeof(int32_t) * N_Q);
+            memcpy(pcm[list[k]][done[list[k]]], pout + k * FRAME, sizeof(float) * FRAME);
+            done[list[k]]++;
+        }
+    }
+    // each slot against a lone encoder and decoder
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    for (int s = 0; s < SLOTS; s++) {
+        CHECK_EQ(done[s], FRAMES);
+        struct mimi_encoder *e = mimi_encoder_create(model, &sp, NULL);
+        struct mimi_decoder *d = mimi_decoder_create(model, &sp, NULL);
+        int same_codes = 1, same_pcm = 1;
+        for (int f = 0; f < FRAMES; f++) {
+            int32_t c[N_Q];
+            float p[FRAME];
+            CHECK_EQ(mimi_encoder_step(e, slot_frame(s, f), c), MIMI_OK);
+            CHECK_EQ(mimi_decoder_step(d, c, p), MIMI_OK);
+            same_codes &= memcmp(c, codes[s][f], sizeof c) == 0;
+            same_pcm &= memcmp(p, pcm[s][f], sizeof p) == 0;
+        }
+        printf("  slot %d: codes %s, pcm %s (bit for bit) vs a lone stream\n", s,
+               same_codes ? "equal" : "DIFFER", same_pcm ? "equal" : "DIFFER");
+        CHECK(same_codes);
+        CHECK(same_pcm);
+        mimi_encoder_destroy(e);
+        mimi_decoder_destroy(d);
+    }
+    // close, reopen: the slot starts fresh and gives the first frame's codes again
+    CHECK_EQ(mimi_batch_close(enc, 0), MIMI_OK);
+    CHECK_EQ(mimi_batch_close(enc, 0), MIMI_EINVAL);
+    CHECK_EQ(mimi_batch_open(enc), 0);
+    int32_t again[N_Q];
+    int zero = 0;
+    CHECK_EQ(mimi_batch_encode(enc, 1, &zero, slot_frame(0, 0), again), MIMI_OK);
+    CHECK(memcmp(again, codes[0][0], sizeof again) == 0);
+    CHECK_EQ(mimi_batch_reset(enc, 0), MIMI_OK);
+    CHECK_EQ(mimi_batch_encode(enc, 1, &zero, slot_frame(0, 0), again), MIMI_OK);
+    CHECK(memcmp(again, codes[0][0], sizeof again) == 0);
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+}
+
+static void test_bad_lists(void) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = 2;
+    int rc;
+    struct mimi_batch *b = mimi_batch_create(model, &bp, &rc);
+    CHECK(b != NULL);
+    static float pcm[2 * FRAME];
+    int32_t codes[2 * N_Q];
+    int list[2] = {0, 0};
+    CHECK_EQ(mimi_batch_encode(b, 1, list, pcm, codes), MIMI_EINVAL);  // not open
+    CHECK_EQ(mimi_batch_open(b), 0);
+    CHECK_EQ(mimi_batch_open(b), 1);
+    CHECK_EQ(mimi_batch_encode(b, 2, list, pcm, codes), MIMI_EINVAL);  // listed twice
+    printf("  duplicate slot: %s\n", mimi_batch_errmsg(b));
+    list[1] = 5;
+    CHECK_EQ(mimi_batch_encode(b, 2, list, pcm, codes), MIMI_EINVAL);  // out of range
+    CHECK_EQ(mimi_batch_encode(b, 3, list, pcm, codes), MIMI_EINVAL);  // over capacity
+    CHECK_EQ(mimi_batch_encode(b, 0, NULL, NULL, NULL), MIMI_OK);
+    CHECK_EQ(mimi_batch_decode(b, 1, list, codes, pcm), MIMI_ESTATE);  // wrong direction
+    pcm[7] = NAN;
+    CHECK_EQ(mimi_batch_encode(b, 1, list, pcm, codes), MIMI_EINVAL);
+    CHECK_EQ(mimi_batch_reset(b, 9), MIMI_EINVAL);
+    CHECK_EQ(mimi_batch_close(b, -1), MIMI_EINVAL);
+    mimi_batch_destroy(b);
+    bp.capacity = 0;
+    CHECK(mimi_batch_create(model, &bp, &rc) == NULL);
+    CHECK_EQ(rc, MIMI_EINVAL);
+    bp.capacity = 1;
+    bp.direction = 5;
+    CHECK(mimi_batch_create(model, &bp, &rc) == NULL);
+    // a decode batch refuses out-of-range codes before anything advances
+    bp.direction = MIMI_DIRECTION_DECODE;
+    b = mimi_batch_create(model, &bp, &rc);
+    CHECK_EQ(mimi_batch_open(b), 0);
+    for (int q = 0; q < N_Q; q++) codes[q] = q;
+    codes[5] = 4096;
+    CHECK_EQ(mimi_batch_decode(b, 1, list, codes, pcm), MIMI_EINVAL);
+    mimi_batch_destroy(b);
+    mimi_batch_destroy(NULL);
+}
+
+int main(int argc, char **argv) {
+    test_init(argc, argv);
+    load_inputs();
+    test_encode_decode();
+    test_bad_lists();
+    free(clip);
+    mimi_model_destroy(model);
+    return test_summary();
+}
