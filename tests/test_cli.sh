@@ -104,7 +104,9 @@ make_npy() {
 
 # ---- readers ----
 
-npy_header_len() { od -A n -t u1 -j 8 -N 2 "$1" 2>/dev/null | awk '{ n = $1 + 256 * $2 } END { print n + 0 }'; }
+npy_header_len() {
+    od -A n -t u1 -j 8 -N 2 "$1" 2>/dev/null | awk '{ n = $1 + 256 * $2 } END { print n + 0 }'
+}
 npy_header() { tail -c +11 "$1" | head -c "$(npy_header_len "$1")"; }
 # npy_is PATH DESCR SHAPE ITEM_BYTES COUNT: header fields and an exact file size.
 npy_is() {
@@ -193,7 +195,7 @@ make_wav "$T/one.wav" 24000 1 1920
 MIMI_MODEL=$MODEL run encode --quiet "$T/one.wav" -o "$T/env.npy"
 check "MIMI_MODEL is used when --model is absent" eval \
     'rc_is 0 && npy_is "$T/env.npy" "<i4" "(8, 1)" 4 8'
-check "--quiet prints nothing" eval '[ ! -s "$T/stderr" ]'
+check "--quiet prints nothing" eval 'rc_is 0 && [ ! -s "$T/stderr" ]'
 
 run encode --model "$MODEL" --codebooks 4 "$T/one.wav" -o "$T/q4.npy"
 check "encode --codebooks 4 writes [4, 1]" eval 'rc_is 0 && npy_is "$T/q4.npy" "<i4" "(4, 1)" 4 4'
@@ -284,12 +286,12 @@ check "decode --codebooks above the file's count: exit 1" eval \
 # ---- outputs ----
 
 mkdir -p "$T/sub"
-cp "$T/one.wav" "$T/keep.wav"
+cp "$T/one.wav" "$T/keep.wav" 2>/dev/null
 run encode --model "$MODEL" "$T/keep.wav" -o "$T/sub/../keep.wav"
 check "-o naming the input is refused and the input kept" eval \
     'rc_is 1 && stderr_has "same file" && cmp -s "$T/one.wav" "$T/keep.wav"'
 
-cp "$T/env.npy" "$T/keep.npy"
+cp "$T/env.npy" "$T/keep.npy" 2>/dev/null
 run decode --model "$MODEL" "$T/keep.npy" -o "$T/./keep.npy"
 check "decode -o naming the codes file is refused" eval \
     'rc_is 1 && stderr_has "same file" && cmp -s "$T/env.npy" "$T/keep.npy"'
