@@ -564,6 +564,8 @@ static int parse_member(struct jp *p, struct st_file *f, int *cap, const uint8_t
     if ((rc = jp_expect(p, ':'))) return rc;
     // "__metadata__" is the one member that is not a tensor.
     if (strcmp(name, "__metadata__") == 0) return take_metadata(p, &f->metadata_json);
+    if (f->n_tensors >= ST_MAX_TENSORS)
+        return st_fail(p->errbuf, p->errlen, MIMI_EFORMAT, "more than %d tensors", ST_MAX_TENSORS);
     struct st_tensor *t = table_push(f, cap, (int)(p->n / ST_MIN_ENTRY + 1));
     if (!t)
         return st_fail(p->errbuf, p->errlen, MIMI_ENOMEM, "out of memory for %d tensors",

@@ -15,6 +15,7 @@
 #define ST_MAX_DIMS 8
 #define ST_MAX_NAME 512          // bytes of a tensor name, without the terminator
 #define ST_MAX_HEADER (64 << 20) // bytes of JSON header accepted
+#define ST_MAX_TENSORS 65536     // tensors accepted (a Mimi checkpoint has a few hundred)
 
 enum st_dtype { ST_F32, ST_F16, ST_BF16, ST_F64, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL };
 
@@ -60,7 +61,7 @@ const char *st_dtype_name(enum st_dtype dtype);
 // Returns 0, or MIMI_EFORMAT for a non-float dtype.
 int st_to_f32(const struct st_tensor *t, float *out);
 
-// Copies an integer tensor (I32, I64, I16, I8, U8) into `out` as int32, checking range.
+// Copies an integer tensor (I32, I64, I16, I8, U8, BOOL) into `out` as int32, checking range.
 // Returns 0, or MIMI_EFORMAT for a non-integer dtype or a value outside int32.
 int st_to_i32(const struct st_tensor *t, int32_t *out);
 

@@ -1,0 +1,14 @@
+#!/bin/sh
+# The whole test suite, as CI runs it:
+#   1. a Release build with warnings as errors, and every test (ctest);
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, and the tests again except the
+#      long-clip parity runs (the same code paths on a 17 s clip; see tests/CMakeLists.txt).
+set -eu
+JOBS=${JOBS:-2}
+cmake -B build -S . -DCMAKE_BUILD_TYPE=Release -DMIMI_WERROR=ON
+cmake --build build -j"$JOBS"
+ctest --test-dir build -j"$JOBS" --output-on-failure
+cmake -B build-asan -S . -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIMI_SANITIZE=ON -DMIMI_WERROR=ON
+cmake --build build-asan -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan -j"$JOBS" --output-on-failure -LE slow
