@@ -165,8 +165,23 @@ MIMI_API int mimi_model_frame_size(const struct mimi_model *model);    /* sample
 MIMI_API int mimi_model_max_codebooks(const struct mimi_model *model); /* codebooks in the file */
 MIMI_API int mimi_model_codebook_size(const struct mimi_model *model); /* entries per codebook, 2048 */
 
-/* "kyutai" or "huggingface": the naming scheme the checkpoint used. */
+/* "kyutai", "huggingface" or "pocket-tts": the naming scheme the checkpoint used. */
 MIMI_API const char *mimi_model_naming(const struct mimi_model *model);
+
+/* The model family, recognised from the tensors the file holds:
+ * - "mimi": the default Mimi (SEANet ratios 8-6-5-4, 8-layer transformers at 25 Hz, a split
+ *   residual vector quantizer): frames are codes, used through the code API;
+ * - "pocket-tts": the lighter Mimi inside Kyutai's Pocket TTS (ratios 6-5-4, 2-layer transformers
+ *   at 200 Hz, no quantizer): frames are continuous latent vectors of mimi_model_latent_size()
+ *   floats, used through the *_latent API below. Such a checkpoint may be a whole Pocket TTS
+ *   `model.safetensors`, whose codec tensors sit under the prefix "mimi."; the rest is ignored.
+ * Calling the code API on a "pocket-tts" model, or the latent API on a "mimi" model, returns
+ * MIMI_EUNSUPPORTED with a message saying which to use. */
+MIMI_API const char *mimi_model_family(const struct mimi_model *model);
+
+/* Floats per frame of a model with continuous latents (32 for Pocket TTS's Mimi), or 0 for a
+ * model with codes. */
+MIMI_API int mimi_model_latent_size(const struct mimi_model *model);
 
 /* Number of weights (scalars) in the model as loaded. */
 MIMI_API int64_t mimi_model_parameter_count(const struct mimi_model *model);
@@ -198,7 +213,8 @@ typedef void (*mimi_tap_fn)(void *user, const char *name, const float *data, int
                             int steps);
 
 struct mimi_stream_params {
-    int n_codebooks;  /* codebooks per frame, 1 .. mimi_model_max_codebooks; default 8 */
+    int n_codebooks;  /* codebooks per frame, 1 .. mimi_model_max_codebooks; default 8; ignored
+                         by models with continuous latents */
     int attention;    /* enum mimi_attention; default MIMI_ATTENTION_RING */
     mimi_tap_fn tap;  /* optional; default NULL */
     void *tap_user;   /* passed to `tap` */
@@ -249,6 +265,16 @@ MIMI_API int mimi_encoder_flush(struct mimi_encoder *enc, int32_t *codes, int ma
  * and push buffer cleared) without allocating. */
 MIMI_API void mimi_encoder_reset(struct mimi_encoder *enc);
 
+/* The continuous-latent variants, for models without a quantizer (mimi_model_latent_size() > 0):
+ * the same contracts as above with `latent` holding latent_size floats per frame instead of
+ * n_codebooks codes (frame-major for several frames: latents[f * latent_size + i]). */
+MIMI_API int mimi_encoder_step_latent(struct mimi_encoder *enc, const float *pcm, float *latent)
+    MIMI_WARN_UNUSED;
+MIMI_API int mimi_encoder_push_latent(struct mimi_encoder *enc, const float *pcm, size_t n_samples,
+                                      float *latents, int max_frames) MIMI_WARN_UNUSED;
+MIMI_API int mimi_encoder_flush_latent(struct mimi_encoder *enc, float *latents, int max_frames)
+    MIMI_WARN_UNUSED;
+
 /* The last error message recorded on this encoder, or "" if none. Valid until the next call. */
 MIMI_API const char *mimi_encoder_errmsg(const struct mimi_encoder *enc);
 
@@ -280,6 +306,14 @@ MIMI_API int mimi_decoder_push(struct mimi_decoder *dec, const int32_t *codes, i
 
 /* Returns the decoder to its just-created state without allocating. */
 MIMI_API void mimi_decoder_reset(struct mimi_decoder *dec);
+
+/* The continuous-latent variants (see the encoder's): `latent` holds latent_size floats per
+ * frame; non-finite values are MIMI_EINVAL. Pocket TTS's latents are de-normalised by the TTS
+ * model (latent * emb_std + emb_mean) before they reach the codec: that is the caller's step. */
+MIMI_API int mimi_decoder_step_latent(struct mimi_decoder *dec, const float *latent, float *pcm)
+    MIMI_WARN_UNUSED;
+MIMI_API int mimi_decoder_push_latent(struct mimi_decoder *dec, const float *latents, int n_frames,
+                                      float *pcm, size_t max_samples) MIMI_WARN_UNUSED;
 
 /* The last error message recorded on this decoder, or "" if none. */
 MIMI_API const char *mimi_decoder_errmsg(const struct mimi_decoder *dec);
@@ -343,6 +377,12 @@ MIMI_API int mimi_batch_encode(struct mimi_batch *batch, int n, const int *slots
 MIMI_API int mimi_batch_decode(struct mimi_batch *batch, int n, const int *slots,
                                const int32_t *codes, float *pcm) MIMI_WARN_UNUSED;
 
+/* The continuous-latent variants of the two steps: latents[k * latent_size + i]. */
+MIMI_API int mimi_batch_encode_latent(struct mimi_batch *batch, int n, const int *slots,
+                                      const float *pcm, float *latents) MIMI_WARN_UNUSED;
+MIMI_API int mimi_batch_decode_latent(struct mimi_batch *batch, int n, const int *slots,
+                                      const float *latents, float *pcm) MIMI_WARN_UNUSED;
+
 /* The last error message recorded on this batch, or "". */
 MIMI_API const char *mimi_batch_errmsg(const struct mimi_batch *batch);
 
@@ -373,6 +413,17 @@ MIMI_API int64_t mimi_decode_offline(const struct mimi_model *model,
                                      const struct mimi_stream_params *params,
                                      const int32_t *codes, int64_t n_frames, float *pcm,
                                      int64_t max_samples) MIMI_WARN_UNUSED;
+
+/* The continuous-latent variants of the offline helpers: latents are (latent_size, n_frames),
+ * latents[i * n_frames + f], as the reference's encoder returns them. max_values counts floats. */
+MIMI_API int64_t mimi_encode_offline_latent(const struct mimi_model *model,
+                                            const struct mimi_stream_params *params,
+                                            const float *pcm, int64_t n_samples, float *latents,
+                                            int64_t max_values) MIMI_WARN_UNUSED;
+MIMI_API int64_t mimi_decode_offline_latent(const struct mimi_model *model,
+                                            const struct mimi_stream_params *params,
+                                            const float *latents, int64_t n_frames, float *pcm,
+                                            int64_t max_samples) MIMI_WARN_UNUSED;
 
 #ifdef __cplusplus
 }

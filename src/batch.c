@@ -13,12 +13,15 @@
 #include <string.h>
 
 #include "batch.h"
+#include "nn/ops.h"
 
 // ---- layout ----
 
 static int ring_capacity(const struct mimi_batch *b, const struct transformer *t) {
     // the reference's ring holds exactly the context; an exact window needs room for one frame
-    return b->attention == MIMI_ATTENTION_RING ? t->context : t->context + b->model->steps_per_frame;
+    // (models whose reference keeps a linear cache always get the exact window)
+    int ring = b->attention == MIMI_ATTENTION_RING && !b->model->exact_window;
+    return ring ? t->context : t->context + b->model->steps_per_frame;
 }
 
 static void layout(struct mimi_batch *b, struct arena *a) {
@@ -51,7 +54,7 @@ static void layout(struct mimi_batch *b, struct arena *a) {
     seanet_scratch_layout(a, sn, cap, encode ? m->frame_size : steps, &b->seanet_scratch);
     transformer_scratch_layout(a, tr, cap, steps, ring, &b->tr_scratch);
     b->resample_work = arena_floats(a, conv_work_floats(resample, cap, encode ? steps : 1));
-    b->latent = arena_floats(a, (size_t)d * cap);
+    b->latent = arena_floats(a, (size_t)(d > m->frame_dim ? d : m->frame_dim) * cap);
     b->upsampled = arena_floats(a, (size_t)d * cap * steps);
     b->q_work = arena_floats(a, quantizer_work_floats(&m->quantizer, cap));
 }
@@ -92,7 +95,8 @@ struct mimi_batch *mimi_batch_create(const struct mimi_model *model,
         (params->direction != MIMI_DIRECTION_ENCODE && params->direction != MIMI_DIRECTION_DECODE) ||
         (params->attention != MIMI_ATTENTION_RING && params->attention != MIMI_ATTENTION_WINDOW))
         rc = MIMI_EINVAL;
-    else if (params->n_codebooks < 1 || params->n_codebooks > model->quantizer.n_q) {
+    else if (model->quantizer.n_q &&
+             (params->n_codebooks < 1 || params->n_codebooks > model->quantizer.n_q)) {
         mimi_log(model, MIMI_LOG_ERROR, "n_codebooks %d is outside 1..%d", params->n_codebooks,
                  model->quantizer.n_q);
         rc = MIMI_EINVAL;
@@ -103,7 +107,7 @@ struct mimi_batch *mimi_batch_create(const struct mimi_model *model,
         b->model = model;
         b->direction = params->direction;
         b->capacity = params->capacity;
-        b->n_codebooks = params->n_codebooks;
+        b->n_codebooks = model->quantizer.n_q ? params->n_codebooks : 0;
         b->attention = params->attention;
         b->tap = params->tap;
         b->tap_user = params->tap_user;
@@ -177,38 +181,47 @@ static void tap(const struct mimi_batch *b, const char *name, const float *data,
 }
 
 void mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
-                                 int32_t *codes) {
+                                 int32_t *codes, float *latents) {
     const struct mimi_model *m = b->model;
-    const int d = m->latent_dim;
+    const int d = m->latent_dim, fd = m->frame_dim;
     int steps;
     for (int k = 0; k < n; k++) {
         b->seanet_mems[k] = &b->enc[slots[k]].seanet;
         b->tr_mems[k] = &b->enc[slots[k]].tr;
         b->resample_mems[k] = &b->enc[slots[k]].down;
     }
-    // SEANet: (1, n, frame) -> (d, n, steps); transformer in place; downsample -> (d, n)
+    // SEANet: (1, n, frame) -> (d, n, steps); transformer in place; downsample -> (fd, n)
     float *x = seanet_forward(&m->encoder, b->seanet_mems, n, &b->seanet_scratch, pcm,
                               m->frame_size, &steps);
     tap(b, "enc_seanet", x, d, n * steps);
     transformer_forward(&m->enc_tr, b->tr_mems, n, &b->tr_scratch, x, steps);
     tap(b, "enc_transformer", x, d, n * steps);
     conv1d_stream(&m->downsample, b->resample_mems, n, x, steps, b->latent, b->resample_work);
-    tap(b, "latent", b->latent, d, n);
-    quantizer_encode(&m->quantizer, b->latent, n, b->n_codebooks, codes, b->q_work);
+    tap(b, "latent", b->latent, fd, n);
+    if (codes) {
+        quantizer_encode(&m->quantizer, b->latent, n, b->n_codebooks, codes, b->q_work);
+        return;
+    }
+    // continuous latents: (fd, n) -> (n, fd)
+    for (int c = 0; c < fd; c++)
+        for (int k = 0; k < n; k++) latents[(size_t)k * fd + c] = b->latent[(size_t)c * n + k];
 }
 
 void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
-                                 const int32_t *codes, float *pcm) {
+                                 const int32_t *codes, const float *latents, float *pcm) {
     const struct mimi_model *m = b->model;
-    const int d = m->latent_dim, steps = m->steps_per_frame;
+    const int d = m->latent_dim, fd = m->frame_dim, steps = m->steps_per_frame;
     int T;
     for (int k = 0; k < n; k++) {
         b->seanet_mems[k] = &b->dec[slots[k]].seanet;
         b->tr_mems[k] = &b->dec[slots[k]].tr;
         b->resample_mems[k] = &b->dec[slots[k]].up;
     }
-    // codes -> latent (d, n) -> upsample (d, n, steps) -> transformer -> SEANet (1, n, frame)
-    quantizer_decode(&m->quantizer, codes, n, b->n_codebooks, b->latent, b->q_work);
+    // codes or latents -> (d, n) -> upsample (d, n, steps) -> transformer -> SEANet (1, n, frame)
+    if (codes)
+        quantizer_decode(&m->quantizer, codes, n, b->n_codebooks, b->latent, b->q_work);
+    else
+        mimi_matmul_nt(d, n, fd, m->quantizer.projection, fd, latents, fd, NULL, b->latent, n, 1);
     tap(b, "dec_latent", b->latent, d, n);
     convtr_stream(&m->upsample, b->resample_mems, n, b->latent, 1, b->upsampled, b->resample_work);
     tap(b, "dec_upsample", b->upsampled, d, n * steps);
@@ -217,6 +230,25 @@ void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
     float *out = seanet_forward(&m->decoder, b->seanet_mems, n, &b->seanet_scratch, b->upsampled,
                                 steps, &T);
     memcpy(pcm, out, sizeof(float) * (size_t)n * m->frame_size);
+}
+
+int mimi_batch_check_kind(struct mimi_batch *b, int want_codes) {
+    int has_codes = b->model->quantizer.n_q > 0;
+    if (has_codes == want_codes) return MIMI_OK;
+    mimi_batch_error(b, has_codes ? "this model produces codes: use the code API, not the latent API"
+                                  : "this %s model has no quantizer: its frames are continuous "
+                                    "latents, use the latent API",
+                     b->model->family);
+    return MIMI_EUNSUPPORTED;
+}
+
+int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            mimi_batch_error(b, "%s value %zu is NaN or infinite", what, i);
+            return MIMI_EINVAL;
+        }
+    return MIMI_OK;
 }
 
 // Checks a step's slot list: 0 <= n <= capacity, every slot open and listed once.
@@ -247,21 +279,34 @@ static int check_slots(struct mimi_batch *b, int direction, int n, const int *sl
     return rc;
 }
 
+// Shared checks of the four step entry points; 1 when there is nothing to do.
+static int step_checks(struct mimi_batch *b, int direction, int want_codes, int n, const int *slots,
+                       const void *in, const void *out, int *rc) {
+    *rc = b ? check_slots(b, direction, n, slots) : MIMI_EINVAL;
+    if (*rc == MIMI_OK) *rc = mimi_batch_check_kind(b, want_codes);
+    if (*rc == MIMI_OK && n > 0 && (!in || !out)) *rc = MIMI_EINVAL;
+    return *rc != MIMI_OK || n == 0;
+}
+
+static int encode(struct mimi_batch *b, int n, const int *slots, const float *pcm, int want_codes,
+                  int32_t *codes, float *latents) {
+    int rc;
+    if (step_checks(b, MIMI_DIRECTION_ENCODE, want_codes, n, slots, pcm,
+                    want_codes ? (const void *)codes : (const void *)latents, &rc))
+        return rc;
+    rc = mimi_batch_check_finite(b, pcm, (size_t)n * b->model->frame_size, "sample");
+    if (rc == MIMI_OK) mimi_batch_encode_unchecked(b, n, slots, pcm, codes, latents);
+    return rc;
+}
+
 int mimi_batch_encode(struct mimi_batch *b, int n, const int *slots, const float *pcm,
                       int32_t *codes) {
-    if (!b) return MIMI_EINVAL;
-    int rc = check_slots(b, MIMI_DIRECTION_ENCODE, n, slots);
-    if (rc || n == 0) return rc;
-    if (!pcm || !codes) return MIMI_EINVAL;
-    size_t count = (size_t)n * b->model->frame_size;
-    for (size_t i = 0; i < count; i++)
-        if (!isfinite(pcm[i])) {
-            mimi_batch_error(b, "sample %zu of frame %zu is NaN or infinite", i % b->model->frame_size,
-                             i / b->model->frame_size);
-            return MIMI_EINVAL;
-        }
-    mimi_batch_encode_unchecked(b, n, slots, pcm, codes);
-    return MIMI_OK;
+    return encode(b, n, slots, pcm, 1, codes, NULL);
+}
+
+int mimi_batch_encode_latent(struct mimi_batch *b, int n, const int *slots, const float *pcm,
+                             float *latents) {
+    return encode(b, n, slots, pcm, 0, NULL, latents);
 }
 
 int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n_frames) {
@@ -280,12 +325,18 @@ int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n
 
 int mimi_batch_decode(struct mimi_batch *b, int n, const int *slots, const int32_t *codes,
                       float *pcm) {
-    if (!b) return MIMI_EINVAL;
-    int rc = check_slots(b, MIMI_DIRECTION_DECODE, n, slots);
-    if (rc || n == 0) return rc;
-    if (!pcm || !codes) return MIMI_EINVAL;
+    int rc;
+    if (step_checks(b, MIMI_DIRECTION_DECODE, 1, n, slots, codes, pcm, &rc)) return rc;
     rc = mimi_batch_check_codes(b, codes, n);
-    if (rc) return rc;
-    mimi_batch_decode_unchecked(b, n, slots, codes, pcm);
-    return MIMI_OK;
+    if (rc == MIMI_OK) mimi_batch_decode_unchecked(b, n, slots, codes, NULL, pcm);
+    return rc;
+}
+
+int mimi_batch_decode_latent(struct mimi_batch *b, int n, const int *slots, const float *latents,
+                             float *pcm) {
+    int rc;
+    if (step_checks(b, MIMI_DIRECTION_DECODE, 0, n, slots, latents, pcm, &rc)) return rc;
+    rc = mimi_batch_check_finite(b, latents, (size_t)n * b->model->frame_dim, "latent");
+    if (rc == MIMI_OK) mimi_batch_decode_unchecked(b, n, slots, NULL, latents, pcm);
+    return rc;
 }

@@ -50,11 +50,20 @@ void mimi_batch_error(struct mimi_batch *b, const char *fmt, ...)
 #endif
     ;
 
-// The step without argument checks: slots valid, open and distinct, inputs checked.
+// The step without argument checks: slots valid, open and distinct, inputs checked. A frame is
+// n_codebooks codes (models with a quantizer) or frame_dim floats (continuous latents): exactly
+// one of `codes` and `latents` is given, (n, n_codebooks) or (n, frame_dim), slot-major.
 void mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
-                                 int32_t *codes);
+                                 int32_t *codes, float *latents);
 void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
-                                 const int32_t *codes, float *pcm);
+                                 const int32_t *codes, const float *latents, float *pcm);
+
+// MIMI_OK when the model has codes (want_codes = 1) or continuous latents (0); otherwise
+// MIMI_EUNSUPPORTED with a message saying which API to use.
+int mimi_batch_check_kind(struct mimi_batch *b, int want_codes);
+
+// Checks that every value is finite; records the first bad one.
+int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what);
 
 // Checks codes (n frames of n_codebooks) against the codebook size; records the first bad one.
 int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n_frames);

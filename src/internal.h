@@ -64,12 +64,14 @@ struct transformer {
     struct transformer_layer layers[16];
 };
 
-// The split residual vector quantizer: codebook 0 semantic, 1.. acoustic.
+// The split residual vector quantizer: codebook 0 semantic, 1.. acoustic. Models without one
+// (Pocket TTS's Mimi) have n_q = 0 and only `projection`.
 struct quantizer {
-    int n_q;        // codebooks in the file
+    int n_q;        // codebooks in the file (0: continuous latents)
     int bins;       // entries per codebook
     int dim;        // codebook dimension
     int latent;     // latent dimension (512)
+    const float *projection;            // (latent, frame_dim): continuous latent -> model latent
     const float *in_first, *in_rest;    // (dim, latent)
     const float *out_first, *out_rest;  // (latent, dim)
     float *codebooks;                   // (n_q, bins, dim), embedding_sum / max(usage, 1e-5)
@@ -78,11 +80,14 @@ struct quantizer {
 
 struct mimi_model {
     struct st_file file;
-    const char *naming;   // "kyutai" or "huggingface"
+    const char *naming;   // "kyutai", "huggingface" or "pocket-tts"
+    const char *family;   // "mimi" (quantized) or "pocket-tts" (continuous latents)
     int sample_rate;
     int frame_size;       // samples per frame
     int steps_per_frame;  // transformer steps per frame (frame_size / hop)
-    int latent_dim;       // 512
+    int latent_dim;       // transformer width (512)
+    int frame_dim;        // values per frame out of the downsample (512; 32 for Pocket TTS)
+    int exact_window;     // 1: streaming attention always sees exactly `context` steps (no ring)
     struct seanet encoder, decoder;
     struct transformer enc_tr, dec_tr;
     struct mimi_conv downsample;  // latent rate -> frame rate, replicate-first

@@ -108,6 +108,10 @@ int mimi_model_frame_size(const struct mimi_model *m) { return m ? m->frame_size
 int mimi_model_max_codebooks(const struct mimi_model *m) { return m ? m->quantizer.n_q : MIMI_EINVAL; }
 int mimi_model_codebook_size(const struct mimi_model *m) { return m ? m->quantizer.bins : MIMI_EINVAL; }
 const char *mimi_model_naming(const struct mimi_model *m) { return m ? m->naming : ""; }
+const char *mimi_model_family(const struct mimi_model *m) { return m ? m->family : ""; }
+int mimi_model_latent_size(const struct mimi_model *m) {
+    return !m ? MIMI_EINVAL : m->quantizer.n_q ? 0 : m->frame_dim;
+}
 int64_t mimi_model_parameter_count(const struct mimi_model *m) { return m ? m->n_params : MIMI_EINVAL; }
 
 int64_t mimi_frames_for_samples(const struct mimi_model *m, int64_t n_samples) {

@@ -29,6 +29,7 @@
 
 struct naming {
     const char *name;
+    const char *family;        // "mimi" or "pocket-tts"
     const char *seanet;        // (part) prefix of SEANet layer indices
     const char *conv;          // (part, index) a conv's weight/bias stem
     const char *convtr;        // (part, index)
@@ -38,7 +39,8 @@ struct naming {
     const char *out_proj[2];
     const char *norm1, *norm2, *linear1, *linear2, *scale1, *scale2;
     const char *downsample, *upsample;
-    const char *rvq_first, *rvq_rest;
+    const char *rvq_first, *rvq_rest;  // NULL: no quantizer, only `projection`
+    const char *projection;
     const char *codebooks;     // (rvq prefix) prefix of codebook level indices
     const char *codebook;      // the codebook's own name after "<level>."
     const char *embedding_sum;
@@ -47,6 +49,7 @@ struct naming {
 
 static const struct naming NAMING_KYUTAI = {
     .name = "kyutai",
+    .family = "mimi",
     .seanet = "%s.model.",
     .conv = "%s.model.%d.conv.conv",
     .convtr = "%s.model.%d.convtr.convtr",
@@ -72,6 +75,7 @@ static const struct naming NAMING_KYUTAI = {
 
 static const struct naming NAMING_HF = {
     .name = "huggingface",
+    .family = "mimi",
     .seanet = "%s.layers.",
     .conv = "%s.layers.%d.conv",
     .convtr = "%s.layers.%d.conv",
@@ -95,11 +99,35 @@ static const struct naming NAMING_HF = {
     .initialized = "initialized",
 };
 
+// Pocket TTS's Mimi (spec 8.3): one conv level, `in_proj.weight`, a 1x1 projection instead of the
+// quantizer; inside a TTS checkpoint every name carries the prefix "mimi.".
+static const struct naming NAMING_POCKET = {
+    .name = "pocket-tts",
+    .family = "pocket-tts",
+    .seanet = "%s.model.",
+    .conv = "%s.model.%d.conv",
+    .convtr = "%s.model.%d.convtr",
+    .block = "%s.model.%d.block.%d.conv",
+    .tr_layers = "%s_transformer.transformer.layers.",
+    .in_proj = {"self_attn.in_proj.weight", "self_attn.in_proj_weight", "self_attn.in_projs.0.weight"},
+    .out_proj = {"self_attn.out_proj.weight", "self_attn.out_projs.0.weight"},
+    .norm1 = "norm1",
+    .norm2 = "norm2",
+    .linear1 = "linear1.weight",
+    .linear2 = "linear2.weight",
+    .scale1 = "layer_scale_1.scale",
+    .scale2 = "layer_scale_2.scale",
+    .downsample = "downsample.conv.conv.weight",
+    .upsample = "upsample.convtr.convtr.weight",
+    .projection = "quantizer.output_proj.weight",
+};
+
 // ---- loader state ----
 
 struct loader {
     struct mimi_model *m;
     const struct naming *nm;
+    const char *prefix;  // put before every name ("mimi." inside a Pocket TTS checkpoint)
     int failed;
 };
 
@@ -159,9 +187,10 @@ static void shape_str(char *buf, size_t len, int n, const int64_t *dims) {
 // Finds `name` and checks its shape against `dims` (-1 = any size). Returns its values as f32
 // (pointing into the mapping when possible, else converted into owned memory), storing the
 // found dims into `dims`, or NULL after recording why.
-static const float *require(struct loader *L, const char *name, int n, int64_t *dims) {
-    char want[96], got[96];
+static const float *require(struct loader *L, const char *short_name, int n, int64_t *dims) {
+    char want[96], got[96], name[ST_MAX_NAME + 16];
     if (L->failed) return NULL;
+    snprintf(name, sizeof name, "%s%s", L->prefix, short_name);
     const struct st_tensor *t = st_find(&L->m->file, name);
     shape_str(want, sizeof want, n, dims);
     if (!t) {
@@ -201,8 +230,18 @@ static const float *requiref(struct loader *L, int n, int64_t *dims, const char 
     return require(L, name, n, dims);
 }
 
-// The highest integer that follows `prefix` in any tensor name, or -1.
-static int max_index(const struct st_file *f, const char *prefix) {
+// Whether the tensor `short_name` (without the file's prefix) exists.
+static int has(const struct loader *L, const char *short_name) {
+    char name[ST_MAX_NAME + 16];
+    snprintf(name, sizeof name, "%s%s", L->prefix, short_name);
+    return st_find(&L->m->file, name) != NULL;
+}
+
+// The highest integer that follows `short_prefix` in any tensor name, or -1.
+static int max_index(const struct loader *L, const char *short_prefix) {
+    const struct st_file *f = &L->m->file;
+    char prefix[ST_MAX_NAME + 16];
+    snprintf(prefix, sizeof prefix, "%s%s", L->prefix, short_prefix);
     size_t len = strlen(prefix);
     int best = -1;
     for (int i = 0; i < f->n_tensors; i++) {
@@ -277,7 +316,7 @@ static void load_resblock(struct loader *L, struct seanet_layer *l, const char *
 static void load_seanet(struct loader *L, struct seanet *s, const char *part, int c_in) {
     char prefix[64];
     snprintf(prefix, sizeof prefix, L->nm->seanet, part);
-    int last = max_index(&L->m->file, prefix);
+    int last = max_index(L, prefix);
     int decoder = strcmp(part, "decoder") == 0;
     if (last < 5 || (last - 2) % 3 != 0 || last >= MIMI_MAX_SEANET_LAYERS) {
         fail(L, "no SEANet %s found (tensors '%s<index>...': highest index %d)", part, prefix, last);
@@ -330,7 +369,7 @@ static const float *load_in_proj(struct loader *L, const char *layer, int d, int
         // fused q|k|v under one of its spellings
         for (int i = 0; i < 3; i++) {
             snprintf(name, sizeof name, "%s%s", layer, nm->in_proj[i]);
-            if (st_find(&L->m->file, name)) return require(L, name, 2, dims);
+            if (nm->in_proj[i] && has(L, name)) return require(L, name, 2, dims);
         }
         snprintf(name, sizeof name, "%s%s", layer, nm->in_proj[0]);
         return require(L, name, 2, dims);
@@ -353,7 +392,7 @@ static void load_transformer(struct loader *L, struct transformer *t, const char
     const struct naming *nm = L->nm;
     char prefix[96], layer[128];
     snprintf(prefix, sizeof prefix, nm->tr_layers, part);
-    int n_layers = max_index(&L->m->file, prefix) + 1;
+    int n_layers = max_index(L, prefix) + 1;
     if (n_layers < 1 || n_layers > 16) {
         fail(L, "no %s transformer found (tensors '%s<layer>...': %d layers)", part, prefix, n_layers);
         return;
@@ -374,7 +413,7 @@ static void load_transformer(struct loader *L, struct transformer *t, const char
         int64_t od[2] = {d, d};
         char name[ST_MAX_NAME + 1];
         snprintf(name, sizeof name, "%s%s", layer, nm->out_proj[0]);
-        if (nm->out_proj[1] && !st_find(&L->m->file, name))
+        if (nm->out_proj[1] && !has(L, name))
             snprintf(name, sizeof name, "%s%s", layer, nm->out_proj[1]);
         w->out_proj = require(L, name, 2, od);
         w->norm2_w = requiref(L, 1, vec, "%s%s.weight", layer, nm->norm2);
@@ -403,7 +442,7 @@ static void load_codebook(struct loader *L, struct quantizer *q, const char *pre
     // the optional "initialized" flag is only a sanity check: 1 once the codebook was trained
     char flag[ST_MAX_NAME + 1];
     snprintf(flag, sizeof flag, "%s.%s", stem, L->nm->initialized);
-    if (st_find(&L->m->file, flag)) {
+    if (has(L, flag)) {
         int64_t fd[1] = {1};
         const float *init = require(L, flag, 1, fd);
         if (init && init[0] != 1.0f)
@@ -422,9 +461,16 @@ static void load_codebook(struct loader *L, struct quantizer *q, const char *pre
     }
 }
 
-static void load_quantizer(struct loader *L, struct quantizer *q, int latent) {
+static void load_quantizer(struct loader *L, struct quantizer *q, int latent, int frame_dim) {
     const struct naming *nm = L->nm;
     char prefix[128];
+    if (!nm->rvq_first) {
+        // no quantizer: a 1x1 conv (latent, frame_dim, 1) maps continuous latents back
+        int64_t pd[3] = {latent, frame_dim, 1};
+        q->latent = latent;
+        q->projection = require(L, nm->projection, 3, pd);
+        return;
+    }
     int64_t in[3] = {-1, latent, 1};
     q->latent = latent;
     q->in_first = requiref(L, 3, in, "%s.input_proj.weight", nm->rvq_first);
@@ -438,7 +484,9 @@ static void load_quantizer(struct loader *L, struct quantizer *q, int latent) {
     char name[ST_MAX_NAME + 1];
     snprintf(prefix, sizeof prefix, nm->codebooks, nm->rvq_first);
     snprintf(name, sizeof name, "%s0.%s.%s", prefix, nm->codebook, nm->embedding_sum);
-    const struct st_tensor *first = st_find(&L->m->file, name);
+    char full[ST_MAX_NAME + 16];
+    snprintf(full, sizeof full, "%s%s", L->prefix, name);
+    const struct st_tensor *first = st_find(&L->m->file, full);
     q->bins = first && first->n_dims == 2 ? (int)first->shape[0] : 0;
     if (q->bins < 1) {
         int64_t sd[2] = {-1, q->dim};
@@ -447,7 +495,7 @@ static void load_quantizer(struct loader *L, struct quantizer *q, int latent) {
         return;
     }
     snprintf(prefix, sizeof prefix, nm->codebooks, nm->rvq_rest);
-    q->n_q = 1 + max_index(&L->m->file, prefix) + 1;
+    q->n_q = 1 + max_index(L, prefix) + 1;
     q->codebooks = own(L, sizeof(float) * (size_t)q->n_q * q->bins * q->dim);
     q->norms = own(L, sizeof(float) * (size_t)q->n_q * q->bins);
     if (L->failed) return;
@@ -459,10 +507,11 @@ static void load_quantizer(struct loader *L, struct quantizer *q, int latent) {
 
 static void load_resamplers(struct loader *L, struct mimi_model *m) {
     const int d = m->latent_dim;
-    int64_t down[3] = {d, d, -1}, up[3] = {d, 1, -1};
+    int64_t down[3] = {-1, d, -1}, up[3] = {d, 1, -1};
     struct mimi_conv *c = &m->downsample;
     c->weight = require(L, L->nm->downsample, 3, down);
-    c->c_in = c->c_out = d;
+    c->c_in = d;
+    c->c_out = m->frame_dim = (int)down[0];
     c->kernel = (int)down[2];
     c->stride = c->kernel / 2;
     c->groups = 1;
@@ -491,6 +540,9 @@ static void check_geometry(struct loader *L, struct mimi_model *m) {
              dcd->layers[dcd->n_layers - 1].channels_out);
     else if (e->hop != dcd->hop)
         fail(L, "encoder hop %d differs from decoder hop %d", e->hop, dcd->hop);
+    else if (m->quantizer.n_q && m->frame_dim != m->latent_dim)
+        fail(L, "the downsample produces %d channels but the quantizer takes %d", m->frame_dim,
+             m->latent_dim);
     else if (m->enc_tr.d_model % MIMI_N_HEADS || (m->enc_tr.head_dim % 2))
         fail(L, "model width %d does not split into %d rotary heads", m->enc_tr.d_model, MIMI_N_HEADS);
     if (L->failed) return;
@@ -501,15 +553,24 @@ static void check_geometry(struct loader *L, struct mimi_model *m) {
 
 static int detect_naming(struct loader *L) {
     const struct st_file *f = &L->m->file;
+    L->prefix = "";
     if (st_find(f, "encoder.model.0.conv.conv.weight")) L->nm = &NAMING_KYUTAI;
     else if (st_find(f, "encoder.layers.0.conv.weight")) L->nm = &NAMING_HF;
-    else {
-        fail(L, "not a Mimi checkpoint: neither 'encoder.model.0.conv.conv.weight' (Kyutai naming) "
-                "nor 'encoder.layers.0.conv.weight' (Hugging Face naming) is present (%d tensors)",
+    else if (st_find(f, "encoder.model.0.conv.weight")) L->nm = &NAMING_POCKET;
+    else if (st_find(f, "mimi.encoder.model.0.conv.weight")) {
+        // a Pocket TTS checkpoint: the codec under "mimi.", the TTS model's tensors ignored
+        L->nm = &NAMING_POCKET;
+        L->prefix = "mimi.";
+    } else {
+        fail(L, "not a Mimi checkpoint: none of 'encoder.model.0.conv.conv.weight' (Kyutai naming), "
+                "'encoder.layers.0.conv.weight' (Hugging Face naming) or "
+                "'mimi.encoder.model.0.conv.weight' (Pocket TTS) is present (%d tensors)",
              f->n_tensors);
         return MIMI_EFORMAT;
     }
     L->m->naming = L->nm->name;
+    L->m->family = L->nm->family;
+    L->m->exact_window = L->nm->rvq_first == NULL;
     return 0;
 }
 
@@ -530,7 +591,7 @@ int mimi_model_bind(struct mimi_model *m) {
     load_transformer(&L, &m->enc_tr, "encoder", m->latent_dim);
     load_transformer(&L, &m->dec_tr, "decoder", m->latent_dim);
     load_resamplers(&L, m);
-    load_quantizer(&L, &m->quantizer, m->latent_dim);
+    load_quantizer(&L, &m->quantizer, m->latent_dim, m->frame_dim);
     load_seanet(&L, &m->decoder, "decoder", m->latent_dim);
     check_geometry(&L, m);
     return L.failed ? MIMI_EFORMAT : 0;

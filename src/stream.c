@@ -58,12 +58,6 @@ static struct mimi_batch *single_batch(const struct mimi_model *model,
     return b;
 }
 
-static int all_finite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return 0;
-    return 1;
-}
-
 // ---- encoder ----
 
 struct mimi_encoder *mimi_encoder_create(const struct mimi_model *model,
@@ -97,69 +91,105 @@ void mimi_encoder_reset(struct mimi_encoder *e) {
     e->batch->errmsg[0] = 0;
 }
 
-static void encode_frame(struct mimi_encoder *e, const float *pcm, int32_t *codes) {
-    mimi_batch_encode_unchecked(e->batch, 1, &SLOT0, pcm, codes);
+// One frame into codes (codes != NULL) or a continuous latent, frame `f` of the output.
+static void encode_frame(struct mimi_encoder *e, const float *pcm, int32_t *codes, float *latents,
+                         size_t f) {
+    const struct mimi_batch *b = e->batch;
+    mimi_batch_encode_unchecked(e->batch, 1, &SLOT0, pcm,
+                                codes ? codes + f * (size_t)b->n_codebooks : NULL,
+                                codes ? NULL : latents + f * (size_t)b->model->frame_dim);
 }
 
-int mimi_encoder_step(struct mimi_encoder *e, const float *pcm, int32_t *codes) {
-    if (!e || !pcm || !codes) return MIMI_EINVAL;
+static int step(struct mimi_encoder *e, const float *pcm, int want_codes, int32_t *codes,
+                float *latents) {
+    if (!e || !pcm || !(want_codes ? (void *)codes : (void *)latents)) return MIMI_EINVAL;
+    int rc = mimi_batch_check_kind(e->batch, want_codes);
+    if (rc) return rc;
     if (e->n_pending) {
         mimi_batch_error(e->batch, "step called with %d samples pending from push", e->n_pending);
         return MIMI_ESTATE;
     }
-    if (!all_finite(pcm, (size_t)e->batch->model->frame_size)) {
-        mimi_batch_error(e->batch, "the frame holds a NaN or infinite sample");
-        return MIMI_EINVAL;
-    }
-    encode_frame(e, pcm, codes);
-    return MIMI_OK;
+    rc = mimi_batch_check_finite(e->batch, pcm, (size_t)e->batch->model->frame_size, "sample");
+    if (rc == MIMI_OK) encode_frame(e, pcm, codes, latents, 0);
+    return rc;
 }
 
-int mimi_encoder_push(struct mimi_encoder *e, const float *pcm, size_t n_samples, int32_t *codes,
-                      int max_frames) {
+int mimi_encoder_step(struct mimi_encoder *e, const float *pcm, int32_t *codes) {
+    return step(e, pcm, 1, codes, NULL);
+}
+
+int mimi_encoder_step_latent(struct mimi_encoder *e, const float *pcm, float *latent) {
+    return step(e, pcm, 0, NULL, latent);
+}
+
+static int push(struct mimi_encoder *e, const float *pcm, size_t n_samples, int want_codes,
+                int32_t *codes, float *latents, int max_frames) {
     if (!e || (!pcm && n_samples)) return MIMI_EINVAL;
-    const int frame = e->batch->model->frame_size, n = e->batch->n_codebooks;
-    size_t total = (size_t)e->n_pending + n_samples;
-    size_t frames = total / (size_t)frame;
-    if (frames > 0 && (!codes || frames > (size_t)(max_frames < 0 ? 0 : max_frames))) {
+    int rc = mimi_batch_check_kind(e->batch, want_codes);
+    if (rc) return rc;
+    const int frame = e->batch->model->frame_size;
+    const void *out = want_codes ? (const void *)codes : (const void *)latents;
+    size_t frames = ((size_t)e->n_pending + n_samples) / (size_t)frame;
+    if (frames > 0 && (!out || frames > (size_t)(max_frames < 0 ? 0 : max_frames))) {
         mimi_batch_error(e->batch, "%zu frames complete but room for %d", frames, max_frames);
-        return codes ? MIMI_EBUFFER : MIMI_EINVAL;
+        return out ? MIMI_EBUFFER : MIMI_EINVAL;
     }
-    if (n_samples && !all_finite(pcm, n_samples)) {
-        mimi_batch_error(e->batch, "the input holds a NaN or infinite sample");
-        return MIMI_EINVAL;
-    }
+    rc = mimi_batch_check_finite(e->batch, pcm, n_samples, "sample");
+    if (rc) return rc;
     size_t used = 0;
     for (size_t f = 0; f < frames; f++) {
         // complete the pending frame, or encode straight from the input when nothing is pending
         if (e->n_pending == 0) {
-            encode_frame(e, pcm + used, codes + f * (size_t)n);
+            encode_frame(e, pcm + used, codes, latents, f);
             used += (size_t)frame;
         } else {
             size_t take = (size_t)(frame - e->n_pending);
             memcpy(e->pending + e->n_pending, pcm + used, sizeof(float) * take);
             used += take;
             e->n_pending = 0;
-            encode_frame(e, e->pending, codes + f * (size_t)n);
+            encode_frame(e, e->pending, codes, latents, f);
         }
     }
-    if (n_samples > used) memcpy(e->pending + e->n_pending, pcm + used, sizeof(float) * (n_samples - used));
+    if (n_samples > used)
+        memcpy(e->pending + e->n_pending, pcm + used, sizeof(float) * (n_samples - used));
     e->n_pending += (int)(n_samples - used);
     return (int)frames;
 }
 
+int mimi_encoder_push(struct mimi_encoder *e, const float *pcm, size_t n_samples, int32_t *codes,
+                      int max_frames) {
+    return push(e, pcm, n_samples, 1, codes, NULL, max_frames);
+}
+
+int mimi_encoder_push_latent(struct mimi_encoder *e, const float *pcm, size_t n_samples,
+                             float *latents, int max_frames) {
+    return push(e, pcm, n_samples, 0, NULL, latents, max_frames);
+}
+
 int mimi_encoder_pending(const struct mimi_encoder *e) { return e ? e->n_pending : MIMI_EINVAL; }
 
-int mimi_encoder_flush(struct mimi_encoder *e, int32_t *codes, int max_frames) {
+static int flush(struct mimi_encoder *e, int want_codes, int32_t *codes, float *latents,
+                 int max_frames) {
     if (!e) return MIMI_EINVAL;
+    int rc = mimi_batch_check_kind(e->batch, want_codes);
+    if (rc) return rc;
     if (e->n_pending == 0) return 0;
-    if (!codes || max_frames < 1) return codes ? MIMI_EBUFFER : MIMI_EINVAL;
+    const void *out = want_codes ? (const void *)codes : (const void *)latents;
+    if (!out || max_frames < 1) return out ? MIMI_EBUFFER : MIMI_EINVAL;
     // zero-pad the partial frame, as the reference pads the end of the audio
     const int frame = e->batch->model->frame_size;
     memset(e->pending + e->n_pending, 0, sizeof(float) * (size_t)(frame - e->n_pending));
     e->n_pending = 0;
-    encode_frame(e, e->pending, codes);
+    encode_frame(e, e->pending, codes, latents, 0);
     return 1;
+}
+
+int mimi_encoder_flush(struct mimi_encoder *e, int32_t *codes, int max_frames) {
+    return flush(e, 1, codes, NULL, max_frames);
+}
+
+int mimi_encoder_flush_latent(struct mimi_encoder *e, float *latents, int max_frames) {
+    return flush(e, 0, NULL, latents, max_frames);
 }
 
 const char *mimi_encoder_errmsg(const struct mimi_encoder *e) { return e ? e->batch->errmsg : ""; }
@@ -197,21 +227,44 @@ int mimi_decoder_step(struct mimi_decoder *dc, const int32_t *codes, float *pcm)
     return mimi_batch_decode(dc->batch, 1, &SLOT0, codes, pcm);
 }
 
-int mimi_decoder_push(struct mimi_decoder *dc, const int32_t *codes, int n_frames, float *pcm,
-                      size_t max_samples) {
-    if (!dc || n_frames < 0 || (n_frames && (!codes || !pcm))) return MIMI_EINVAL;
-    const int frame = dc->batch->model->frame_size, n = dc->batch->n_codebooks;
+int mimi_decoder_step_latent(struct mimi_decoder *dc, const float *latent, float *pcm) {
+    if (!dc || !latent || !pcm) return MIMI_EINVAL;
+    return mimi_batch_decode_latent(dc->batch, 1, &SLOT0, latent, pcm);
+}
+
+// Decodes n_frames frames of codes or latents, all checked before the first is decoded.
+static int decoder_push(struct mimi_decoder *dc, int want_codes, const int32_t *codes,
+                        const float *latents, int n_frames, float *pcm, size_t max_samples) {
+    const void *in = want_codes ? (const void *)codes : (const void *)latents;
+    if (!dc || n_frames < 0 || (n_frames && (!in || !pcm))) return MIMI_EINVAL;
+    struct mimi_batch *b = dc->batch;
+    int rc = mimi_batch_check_kind(b, want_codes);
+    if (rc) return rc;
+    const int frame = b->model->frame_size, fd = b->model->frame_dim, n = b->n_codebooks;
     if ((size_t)n_frames * frame > max_samples) {
-        mimi_batch_error(dc->batch, "%d frames need %zu samples, room for %zu", n_frames,
+        mimi_batch_error(b, "%d frames need %zu samples, room for %zu", n_frames,
                          (size_t)n_frames * frame, max_samples);
         return MIMI_EBUFFER;
     }
     if ((int64_t)n_frames * frame > INT32_MAX) return MIMI_EINVAL;
-    int rc = mimi_batch_check_codes(dc->batch, codes, n_frames);
+    rc = want_codes ? mimi_batch_check_codes(b, codes, n_frames)
+                    : mimi_batch_check_finite(b, latents, (size_t)n_frames * fd, "latent");
     if (rc != MIMI_OK) return rc;
     for (int f = 0; f < n_frames; f++)
-        mimi_batch_decode_unchecked(dc->batch, 1, &SLOT0, codes + (size_t)f * n, pcm + (size_t)f * frame);
+        mimi_batch_decode_unchecked(b, 1, &SLOT0, want_codes ? codes + (size_t)f * n : NULL,
+                                    want_codes ? NULL : latents + (size_t)f * fd,
+                                    pcm + (size_t)f * frame);
     return n_frames * frame;
+}
+
+int mimi_decoder_push(struct mimi_decoder *dc, const int32_t *codes, int n_frames, float *pcm,
+                      size_t max_samples) {
+    return decoder_push(dc, 1, codes, NULL, n_frames, pcm, max_samples);
+}
+
+int mimi_decoder_push_latent(struct mimi_decoder *dc, const float *latents, int n_frames,
+                             float *pcm, size_t max_samples) {
+    return decoder_push(dc, 0, NULL, latents, n_frames, pcm, max_samples);
 }
 
 const char *mimi_decoder_errmsg(const struct mimi_decoder *dc) { return dc ? dc->batch->errmsg : ""; }
@@ -227,67 +280,107 @@ static struct mimi_stream_params offline_params(const struct mimi_stream_params 
     return p;
 }
 
-int64_t mimi_encode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
-                            const float *pcm, int64_t n_samples, int32_t *codes, int64_t max_codes) {
-    if (!model || !pcm || !codes || n_samples <= 0) return MIMI_EINVAL;
-    struct mimi_stream_params p = offline_params(params);
-    int64_t n_frames = mimi_frames_for_samples(model, n_samples);
-    if (p.n_codebooks < 1 || p.n_codebooks > model->quantizer.n_q) return MIMI_EINVAL;
-    if (n_frames * p.n_codebooks > max_codes) return MIMI_EBUFFER;
-    if (!all_finite(pcm, (size_t)n_samples)) return MIMI_EINVAL;
+// Offline encode into codebook-major codes (n_codebooks, n_frames) or latents (frame_dim, n_frames).
+static int64_t encode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
+                              const float *pcm, int64_t n_samples, int want_codes, int32_t *codes,
+                              float *latents, int64_t max_values) {
+    const void *out = want_codes ? (const void *)codes : (const void *)latents;
+    if (!model || !pcm || !out || n_samples <= 0) return MIMI_EINVAL;
     int rc;
+    struct mimi_stream_params p = offline_params(params);
     struct mimi_encoder *e = mimi_encoder_create(model, &p, &rc);
-    int32_t *frame_codes = malloc(sizeof(int32_t) * p.n_codebooks);
-    if (!e || !frame_codes) {
-        mimi_encoder_destroy(e);
-        free(frame_codes);
-        return e ? MIMI_ENOMEM : rc;
-    }
+    if (!e) return rc;
+    const int64_t n_frames = mimi_frames_for_samples(model, n_samples);
+    const int per_frame = want_codes ? e->batch->n_codebooks : model->frame_dim;
+    float *frame_out = NULL;  // one frame's values, slot-major (1, per_frame)
+    rc = mimi_batch_check_kind(e->batch, want_codes);
+    if (rc == MIMI_OK && n_frames * per_frame > max_values) rc = MIMI_EBUFFER;
+    if (rc == MIMI_OK) rc = mimi_batch_check_finite(e->batch, pcm, (size_t)n_samples, "sample");
+    if (rc == MIMI_OK && !(frame_out = malloc(sizeof(float) * (size_t)per_frame))) rc = MIMI_ENOMEM;
     const int frame = model->frame_size;
-    for (int64_t f = 0; f < n_frames; f++) {
+    for (int64_t f = 0; rc == MIMI_OK && f < n_frames; f++) {
         // whole frames straight from the input, the last one zero-padded
         int64_t start = f * frame, left = n_samples - start;
-        if (left >= frame) {
-            encode_frame(e, pcm + start, frame_codes);
-        } else {
-            memcpy(e->pending, pcm + start, sizeof(float) * (size_t)left);
+        const float *in = pcm + start;
+        if (left < frame) {
+            memcpy(e->pending, in, sizeof(float) * (size_t)left);
             memset(e->pending + left, 0, sizeof(float) * (size_t)(frame - left));
-            encode_frame(e, e->pending, frame_codes);
+            in = e->pending;
         }
-        for (int q = 0; q < p.n_codebooks; q++) codes[q * n_frames + f] = frame_codes[q];
+        // codes are int32 and latents float: both fit the 4-byte scratch
+        encode_frame(e, in, want_codes ? (int32_t *)frame_out : NULL, frame_out, 0);
+        for (int q = 0; q < per_frame; q++) {
+            if (want_codes) codes[q * n_frames + f] = ((int32_t *)frame_out)[q];
+            else latents[q * n_frames + f] = frame_out[q];
+        }
     }
     mimi_encoder_destroy(e);
-    free(frame_codes);
-    return n_frames;
+    free(frame_out);
+    return rc == MIMI_OK ? n_frames : rc;
+}
+
+int64_t mimi_encode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
+                            const float *pcm, int64_t n_samples, int32_t *codes, int64_t max_codes) {
+    return encode_offline(model, params, pcm, n_samples, 1, codes, NULL, max_codes);
+}
+
+int64_t mimi_encode_offline_latent(const struct mimi_model *model,
+                                   const struct mimi_stream_params *params, const float *pcm,
+                                   int64_t n_samples, float *latents, int64_t max_values) {
+    return encode_offline(model, params, pcm, n_samples, 0, NULL, latents, max_values);
+}
+
+// Offline decode of codebook-major codes (n_codebooks, n_frames) or latents (frame_dim, n_frames).
+static int64_t decode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
+                              int want_codes, const int32_t *codes, const float *latents,
+                              int64_t n_frames, float *pcm, int64_t max_samples) {
+    const void *in = want_codes ? (const void *)codes : (const void *)latents;
+    if (!model || !in || !pcm || n_frames <= 0) return MIMI_EINVAL;
+    int rc;
+    struct mimi_stream_params p = offline_params(params);
+    struct mimi_decoder *dc = mimi_decoder_create(model, &p, &rc);
+    if (!dc) return rc;
+    struct mimi_batch *b = dc->batch;
+    const int per_frame = want_codes ? b->n_codebooks : model->frame_dim, frame = model->frame_size;
+    float *frame_in = NULL;  // one frame's values (1, per_frame)
+    rc = mimi_batch_check_kind(b, want_codes);
+    if (rc == MIMI_OK && n_frames * frame > max_samples) rc = MIMI_EBUFFER;
+    // every value is checked before anything is decoded
+    for (int64_t i = 0; rc == MIMI_OK && i < n_frames * per_frame; i++) {
+        int bad = want_codes ? codes[i] < 0 || codes[i] >= model->quantizer.bins : !isfinite(latents[i]);
+        if (bad) {
+            if (want_codes)
+                mimi_batch_error(b, "code %d at frame %lld, codebook %lld is outside [0, %d)",
+                                 (int)codes[i], (long long)(i % n_frames), (long long)(i / n_frames),
+                                 model->quantizer.bins);
+            else
+                mimi_batch_error(b, "latent value %lld of frame %lld is NaN or infinite",
+                                 (long long)(i / n_frames), (long long)(i % n_frames));
+            mimi_log(model, MIMI_LOG_ERROR, "%s", b->errmsg);
+            rc = MIMI_EINVAL;
+        }
+    }
+    if (rc == MIMI_OK && !(frame_in = malloc(sizeof(float) * (size_t)per_frame))) rc = MIMI_ENOMEM;
+    for (int64_t f = 0; rc == MIMI_OK && f < n_frames; f++) {
+        for (int q = 0; q < per_frame; q++) {
+            if (want_codes) ((int32_t *)frame_in)[q] = codes[q * n_frames + f];
+            else frame_in[q] = latents[q * n_frames + f];
+        }
+        mimi_batch_decode_unchecked(b, 1, &SLOT0, want_codes ? (const int32_t *)frame_in : NULL,
+                                    want_codes ? NULL : frame_in, pcm + f * frame);
+    }
+    mimi_decoder_destroy(dc);
+    free(frame_in);
+    return rc == MIMI_OK ? n_frames * frame : rc;
 }
 
 int64_t mimi_decode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
                             const int32_t *codes, int64_t n_frames, float *pcm, int64_t max_samples) {
-    if (!model || !codes || !pcm || n_frames <= 0) return MIMI_EINVAL;
-    struct mimi_stream_params p = offline_params(params);
-    const int frame = model->frame_size;
-    if (n_frames * frame > max_samples) return MIMI_EBUFFER;
-    int rc;
-    struct mimi_decoder *dc = mimi_decoder_create(model, &p, &rc);
-    int32_t *frame_codes = malloc(sizeof(int32_t) * (p.n_codebooks > 0 ? p.n_codebooks : 1));
-    if (!dc || !frame_codes) {
-        mimi_decoder_destroy(dc);
-        free(frame_codes);
-        return dc ? MIMI_ENOMEM : rc;
-    }
-    // every code is checked before anything is decoded
-    const int bins = model->quantizer.bins;
-    for (int64_t i = 0; rc == MIMI_OK && i < n_frames * p.n_codebooks; i++)
-        if (codes[i] < 0 || codes[i] >= bins) {
-            mimi_log(model, MIMI_LOG_ERROR, "code %d at frame %lld, codebook %lld is outside [0, %d)",
-                     (int)codes[i], (long long)(i % n_frames), (long long)(i / n_frames), bins);
-            rc = MIMI_EINVAL;
-        }
-    for (int64_t f = 0; rc == MIMI_OK && f < n_frames; f++) {
-        for (int q = 0; q < p.n_codebooks; q++) frame_codes[q] = codes[q * n_frames + f];
-        mimi_batch_decode_unchecked(dc->batch, 1, &SLOT0, frame_codes, pcm + f * frame);
-    }
-    mimi_decoder_destroy(dc);
-    free(frame_codes);
-    return rc == MIMI_OK ? n_frames * frame : rc;
+    return decode_offline(model, params, 1, codes, NULL, n_frames, pcm, max_samples);
+}
+
+int64_t mimi_decode_offline_latent(const struct mimi_model *model,
+                                   const struct mimi_stream_params *params, const float *latents,
+                                   int64_t n_frames, float *pcm, int64_t max_samples) {
+    return decode_offline(model, params, 0, NULL, latents, n_frames, pcm, max_samples);
 }

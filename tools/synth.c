@@ -159,73 +159,79 @@ void synth_fill(const char *name, const int64_t *shape, int n_dims, uint64_t see
 
 // ---- the native tensor table ----
 
-static struct synth_tensor_info g_native[N_NATIVE];
-static char g_native_names[N_NATIVE][SYNTH_MAX_NAME];
-static int g_native_count;  // 0 until built
+// A tensor table, built once per family.
+struct table {
+    struct synth_tensor_info info[N_NATIVE];
+    char names[N_NATIVE][SYNTH_MAX_NAME];
+    int count;  // 0 until built
+};
 
-static void add_tensor(const char *name, int n_dims, int64_t d0, int64_t d1, int64_t d2) {
-    if (g_native_count >= N_NATIVE)
-        return;  // cannot happen with the fixed geometry; the tests check the count
-    int i = g_native_count++;
-    snprintf(g_native_names[i], SYNTH_MAX_NAME, "%s", name);
-    g_native[i].name = g_native_names[i];
-    g_native[i].n_dims = n_dims;
-    g_native[i].shape[0] = d0;
-    g_native[i].shape[1] = d1;
-    g_native[i].shape[2] = d2;
+static struct table g_native, g_pocket;
+
+static void add_tensor(struct table *tab, const char *name, int n_dims, int64_t d0, int64_t d1,
+                       int64_t d2) {
+    if (tab->count >= N_NATIVE)
+        return;  // cannot happen with the fixed geometries; the tests check the counts
+    int i = tab->count++;
+    snprintf(tab->names[i], SYNTH_MAX_NAME, "%s", name);
+    tab->info[i].name = tab->names[i];
+    tab->info[i].n_dims = n_dims;
+    tab->info[i].shape[0] = d0;
+    tab->info[i].shape[1] = d1;
+    tab->info[i].shape[2] = d2;
 }
 
 // "<prefix>.weight" [d0, d1, k] and "<prefix>.bias" [bias_len].
-static void add_conv(const char *prefix, int64_t d0, int64_t d1, int64_t k, int64_t bias_len) {
+static void add_conv(struct table *tab, const char *prefix, int64_t d0, int64_t d1, int64_t k, int64_t bias_len) {
     char name[SYNTH_MAX_NAME];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    add_tensor(name, 3, d0, d1, k);
+    add_tensor(tab, name, 3, d0, d1, k);
     snprintf(name, sizeof name, "%s.bias", prefix);
-    add_tensor(name, 1, bias_len, 0, 0);
+    add_tensor(tab, name, 1, bias_len, 0, 0);
 }
 
 // A SEANet residual block at `<model>.<idx>`: block.1 conv k3 dim -> dim/2, block.3 1x1 back.
-static void add_resblock(const char *model, int idx, int64_t dim) {
+static void add_resblock(struct table *tab, const char *model, int idx, int64_t dim) {
     char prefix[SYNTH_MAX_NAME];
     snprintf(prefix, sizeof prefix, "%s.%d.block.1.conv.conv", model, idx);
-    add_conv(prefix, dim / COMPRESS, dim, RES_KERNEL, dim / COMPRESS);
+    add_conv(tab, prefix, dim / COMPRESS, dim, RES_KERNEL, dim / COMPRESS);
     snprintf(prefix, sizeof prefix, "%s.%d.block.3.conv.conv", model, idx);
-    add_conv(prefix, dim, dim / COMPRESS, 1, dim);
+    add_conv(tab, prefix, dim, dim / COMPRESS, 1, dim);
 }
 
 // encoder.model: conv, then per stage (ratios reversed) resblock, ELU, strided conv; ELU, conv.
-static void add_seanet_encoder(void) {
+static void add_seanet_encoder(struct table *tab) {
     char prefix[SYNTH_MAX_NAME];
     int64_t dim = N_FILTERS;
-    add_conv("encoder.model.0.conv.conv", dim, 1, FIRST_KERNEL, dim);
+    add_conv(tab, "encoder.model.0.conv.conv", dim, 1, FIRST_KERNEL, dim);
     for (int s = 0; s < N_STAGES; s++) {
         int ratio = k_ratios[N_STAGES - 1 - s];
-        add_resblock("encoder.model", 1 + 3 * s, dim);
+        add_resblock(tab, "encoder.model", 1 + 3 * s, dim);
         snprintf(prefix, sizeof prefix, "encoder.model.%d.conv.conv", 3 + 3 * s);
-        add_conv(prefix, 2 * dim, dim, 2 * ratio, 2 * dim);
+        add_conv(tab, prefix, 2 * dim, dim, 2 * ratio, 2 * dim);
         dim *= 2;
     }
     snprintf(prefix, sizeof prefix, "encoder.model.%d.conv.conv", 3 * N_STAGES + 2);
-    add_conv(prefix, LATENT_DIM, dim, LAST_KERNEL, LATENT_DIM);
+    add_conv(tab, prefix, LATENT_DIM, dim, LAST_KERNEL, LATENT_DIM);
 }
 
 // decoder.model: conv, then per stage ELU, transposed conv, resblock; ELU, conv.
-static void add_seanet_decoder(void) {
+static void add_seanet_decoder(struct table *tab) {
     char prefix[SYNTH_MAX_NAME];
     int64_t dim = (int64_t)N_FILTERS << N_STAGES;
-    add_conv("decoder.model.0.conv.conv", dim, LATENT_DIM, FIRST_KERNEL, dim);
+    add_conv(tab, "decoder.model.0.conv.conv", dim, LATENT_DIM, FIRST_KERNEL, dim);
     for (int s = 0; s < N_STAGES; s++) {
         snprintf(prefix, sizeof prefix, "decoder.model.%d.convtr.convtr", 2 + 3 * s);
-        add_conv(prefix, dim, dim / 2, 2 * k_ratios[s], dim / 2);  // [in, out, k], bias [out]
+        add_conv(tab, prefix, dim, dim / 2, 2 * k_ratios[s], dim / 2);  // [in, out, k], bias [out]
         dim /= 2;
-        add_resblock("decoder.model", 3 + 3 * s, dim);
+        add_resblock(tab, "decoder.model", 3 + 3 * s, dim);
     }
     snprintf(prefix, sizeof prefix, "decoder.model.%d.conv.conv", 3 * N_STAGES + 2);
-    add_conv(prefix, 1, dim, LAST_KERNEL, 1);
+    add_conv(tab, prefix, 1, dim, LAST_KERNEL, 1);
 }
 
 // One transformer layer, in checkpoint order.
-static void add_transformer_layer(const char *which, int l) {
+static void add_transformer_layer(struct table *tab, const char *which, int l) {
     static const struct {
         const char *suffix;
         int n_dims;
@@ -246,47 +252,122 @@ static void add_transformer_layer(const char *which, int l) {
     for (size_t p = 0; p < sizeof k_parts / sizeof k_parts[0]; p++) {
         snprintf(name, sizeof name, "%s_transformer.transformer.layers.%d.%s", which, l,
                  k_parts[p].suffix);
-        add_tensor(name, k_parts[p].n_dims, k_parts[p].d0, k_parts[p].d1, 0);
+        add_tensor(tab, name, k_parts[p].n_dims, k_parts[p].d0, k_parts[p].d1, 0);
     }
 }
 
 // quantizer.<rvq>: projections, then the codebook buffers of each of its n_q levels.
-static void add_rvq(const char *rvq, int n_q) {
+static void add_rvq(struct table *tab, const char *rvq, int n_q) {
     char name[SYNTH_MAX_NAME];
     snprintf(name, sizeof name, "quantizer.%s.input_proj.weight", rvq);
-    add_tensor(name, 3, CODEBOOK_DIM, LATENT_DIM, 1);
+    add_tensor(tab, name, 3, CODEBOOK_DIM, LATENT_DIM, 1);
     snprintf(name, sizeof name, "quantizer.%s.output_proj.weight", rvq);
-    add_tensor(name, 3, LATENT_DIM, CODEBOOK_DIM, 1);
+    add_tensor(tab, name, 3, LATENT_DIM, CODEBOOK_DIM, 1);
     for (int j = 0; j < n_q; j++) {
         snprintf(name, sizeof name, "quantizer.%s.vq.layers.%d._codebook._initialized", rvq, j);
-        add_tensor(name, 1, 1, 0, 0);
+        add_tensor(tab, name, 1, 1, 0, 0);
         snprintf(name, sizeof name, "quantizer.%s.vq.layers.%d._codebook.cluster_usage", rvq, j);
-        add_tensor(name, 1, CODEBOOK_SIZE, 0, 0);
+        add_tensor(tab, name, 1, CODEBOOK_SIZE, 0, 0);
         snprintf(name, sizeof name, "quantizer.%s.vq.layers.%d._codebook.embedding_sum", rvq, j);
-        add_tensor(name, 2, CODEBOOK_SIZE, CODEBOOK_DIM, 0);
+        add_tensor(tab, name, 2, CODEBOOK_SIZE, CODEBOOK_DIM, 0);
     }
 }
 
-static void build_native_table(void) {
-    add_seanet_encoder();
-    add_seanet_decoder();
+static void build_native_table(struct table *tab) {
+    add_seanet_encoder(tab);
+    add_seanet_decoder(tab);
     for (int l = 0; l < N_LAYERS; l++)
-        add_transformer_layer("encoder", l);
+        add_transformer_layer(tab, "encoder", l);
     for (int l = 0; l < N_LAYERS; l++)
-        add_transformer_layer("decoder", l);
-    add_rvq("rvq_first", 1);
-    add_rvq("rvq_rest", N_CODEBOOKS - 1);
-    add_tensor("downsample.conv.conv.conv.weight", 3, LATENT_DIM, LATENT_DIM, RESAMPLE_KERNEL);
+        add_transformer_layer(tab, "decoder", l);
+    add_rvq(tab, "rvq_first", 1);
+    add_rvq(tab, "rvq_rest", N_CODEBOOKS - 1);
+    add_tensor(tab, "downsample.conv.conv.conv.weight", 3, LATENT_DIM, LATENT_DIM, RESAMPLE_KERNEL);
     // Depthwise (groups = 512): [in, out/groups = 1, k].
-    add_tensor("upsample.convtr.convtr.convtr.weight", 3, LATENT_DIM, 1, RESAMPLE_KERNEL);
+    add_tensor(tab, "upsample.convtr.convtr.convtr.weight", 3, LATENT_DIM, 1, RESAMPLE_KERNEL);
 }
 
 const struct synth_tensor_info *synth_native_tensors(int *n) {
-    if (g_native_count == 0)
-        build_native_table();
+    if (g_native.count == 0)
+        build_native_table(&g_native);
     if (n)
-        *n = g_native_count;
-    return g_native;
+        *n = g_native.count;
+    return g_native.info;
+}
+
+// ---- the Pocket TTS variant (spec 8.3) ----
+
+// Its geometry: ratios 6-5-4, 2-layer transformers, a dense 512->32 downsample (k32, s16), a
+// depthwise upsample (k32, s16) and a 1x1 conv 32->512 instead of the quantizer.
+static const int k_pocket_ratios[3] = {6, 5, 4};
+#define POCKET_STAGES 3
+#define POCKET_LAYERS 2
+#define POCKET_LATENT 32
+#define POCKET_RESAMPLE_KERNEL 32
+
+// A Pocket residual block: block.1 conv k3 dim -> dim/2, block.3 1x1 back (one conv level).
+static void add_pocket_resblock(struct table *tab, const char *model, int idx, int64_t dim) {
+    char prefix[SYNTH_MAX_NAME];
+    snprintf(prefix, sizeof prefix, "%s.%d.block.1.conv", model, idx);
+    add_conv(tab, prefix, dim / COMPRESS, dim, RES_KERNEL, dim / COMPRESS);
+    snprintf(prefix, sizeof prefix, "%s.%d.block.3.conv", model, idx);
+    add_conv(tab, prefix, dim, dim / COMPRESS, 1, dim);
+}
+
+// The codec's 87 tensors under "mimi.", in the order of the shipped file, then a few tensors of
+// the TTS model itself that a codec loader must ignore.
+static void build_pocket_table(struct table *tab) {
+    char name[SYNTH_MAX_NAME];
+    int64_t dim = N_FILTERS;
+    add_conv(tab, "mimi.encoder.model.0.conv", dim, 1, FIRST_KERNEL, dim);
+    for (int s = 0; s < POCKET_STAGES; s++) {
+        add_pocket_resblock(tab, "mimi.encoder.model", 1 + 3 * s, dim);
+        snprintf(name, sizeof name, "mimi.encoder.model.%d.conv", 3 + 3 * s);
+        add_conv(tab, name, 2 * dim, dim, 2 * k_pocket_ratios[POCKET_STAGES - 1 - s], 2 * dim);
+        dim *= 2;
+    }
+    snprintf(name, sizeof name, "mimi.encoder.model.%d.conv", 3 * POCKET_STAGES + 2);
+    add_conv(tab, name, LATENT_DIM, dim, LAST_KERNEL, LATENT_DIM);
+    add_conv(tab, "mimi.decoder.model.0.conv", dim, LATENT_DIM, FIRST_KERNEL, dim);
+    for (int s = 0; s < POCKET_STAGES; s++) {
+        snprintf(name, sizeof name, "mimi.decoder.model.%d.convtr", 2 + 3 * s);
+        add_conv(tab, name, dim, dim / 2, 2 * k_pocket_ratios[s], dim / 2);
+        dim /= 2;
+        add_pocket_resblock(tab, "mimi.decoder.model", 3 + 3 * s, dim);
+    }
+    snprintf(name, sizeof name, "mimi.decoder.model.%d.conv", 3 * POCKET_STAGES + 2);
+    add_conv(tab, name, 1, dim, LAST_KERNEL, 1);
+    static const char *const parts[] = {"self_attn.in_proj.weight", "self_attn.out_proj.weight",
+                                        "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias",
+                                        "linear1.weight", "linear2.weight",
+                                        "layer_scale_1.scale", "layer_scale_2.scale"};
+    static const int64_t shapes[][2] = {{3 * LATENT_DIM, LATENT_DIM}, {LATENT_DIM, LATENT_DIM},
+                                        {LATENT_DIM, 0}, {LATENT_DIM, 0}, {LATENT_DIM, 0},
+                                        {LATENT_DIM, 0}, {FFN_DIM, LATENT_DIM},
+                                        {LATENT_DIM, FFN_DIM}, {LATENT_DIM, 0}, {LATENT_DIM, 0}};
+    for (int t = 0; t < 2; t++)
+        for (int l = 0; l < POCKET_LAYERS; l++)
+            for (int p = 0; p < 10; p++) {
+                snprintf(name, sizeof name, "mimi.%s_transformer.transformer.layers.%d.%s",
+                         t ? "decoder" : "encoder", l, parts[p]);
+                add_tensor(tab, name, shapes[p][1] ? 2 : 1, shapes[p][0], shapes[p][1], 0);
+            }
+    add_tensor(tab, "mimi.quantizer.output_proj.weight", 3, LATENT_DIM, POCKET_LATENT, 1);
+    add_tensor(tab, "mimi.downsample.conv.conv.weight", 3, POCKET_LATENT, LATENT_DIM,
+               POCKET_RESAMPLE_KERNEL);
+    add_tensor(tab, "mimi.upsample.convtr.convtr.weight", 3, LATENT_DIM, 1, POCKET_RESAMPLE_KERNEL);
+    // the TTS model's own tensors (ignored by the codec)
+    add_tensor(tab, "flow_lm.emb_mean", 1, POCKET_LATENT, 0, 0);
+    add_tensor(tab, "flow_lm.emb_std", 1, POCKET_LATENT, 0, 0);
+    add_tensor(tab, "flow_lm.input_linear.weight", 2, 1024, POCKET_LATENT, 0);
+}
+
+const struct synth_tensor_info *synth_pocket_tensors(int *n) {
+    if (g_pocket.count == 0)
+        build_pocket_table(&g_pocket);
+    if (n)
+        *n = g_pocket.count;
+    return g_pocket.info;
 }
 
 // ---- Hugging Face naming ----
@@ -490,7 +571,7 @@ static int image_add_native(struct image *img, const struct synth_tensor_info *t
     if (!values)
         return MIMI_ENOMEM;
     img->buffers[img->n_buffers++] = values;
-    if (naming == SYNTH_NAMING_KYUTAI) {
+    if (naming != SYNTH_NAMING_HF) {
         synth_fill(t->name, t->shape, t->n_dims, seed, values);
         int rc = encode_buffer(&img->buffers[img->n_buffers - 1], n, dtype);
         if (rc == 0)
@@ -531,12 +612,14 @@ int synth_write_model(const char *path, uint64_t seed, enum synth_naming naming,
     char metadata[96];
     int n, rc;
     set_err(errbuf, errlen, "%s", "");
-    if (!path || (naming != SYNTH_NAMING_KYUTAI && naming != SYNTH_NAMING_HF) ||
+    if (!path ||
+        (naming != SYNTH_NAMING_KYUTAI && naming != SYNTH_NAMING_HF && naming != SYNTH_NAMING_POCKET) ||
         (dtype != SYNTH_F32 && dtype != SYNTH_F16 && dtype != SYNTH_BF16)) {
         set_err(errbuf, errlen, "synth: invalid argument (path, naming or dtype)");
         return MIMI_EINVAL;
     }
-    const struct synth_tensor_info *tab = synth_native_tensors(&n);
+    const struct synth_tensor_info *tab =
+        naming == SYNTH_NAMING_POCKET ? synth_pocket_tensors(&n) : synth_native_tensors(&n);
     rc = image_alloc(&img, tab, n);
     if (rc != 0)
         set_err(errbuf, errlen, "synth: out of memory");
@@ -548,7 +631,8 @@ int synth_write_model(const char *path, uint64_t seed, enum synth_naming naming,
     }
     if (rc == 0) {
         snprintf(metadata, sizeof metadata, "{\"seed\":\"%llu\",\"naming\":\"%s\"}",
-                 (unsigned long long)seed, naming == SYNTH_NAMING_HF ? "hf" : "kyutai");
+                 (unsigned long long)seed,
+                 naming == SYNTH_NAMING_HF ? "hf" : naming == SYNTH_NAMING_POCKET ? "pocket" : "kyutai");
         rc = st_write(path, img.tensors, img.n_tensors, metadata, errbuf, errlen);
     }
     image_free(&img);

@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum synth_naming { SYNTH_NAMING_KYUTAI = 0, SYNTH_NAMING_HF = 1 };
+// KYUTAI and HF write the default Mimi; POCKET writes Pocket TTS's Mimi (its own names, spec 8.3)
+// under "mimi." with a few TTS tensors beside it.
+enum synth_naming { SYNTH_NAMING_KYUTAI = 0, SYNTH_NAMING_HF = 1, SYNTH_NAMING_POCKET = 2 };
 enum synth_dtype { SYNTH_F32 = 0, SYNTH_F16 = 1, SYNTH_BF16 = 2 };
 
 // One tensor of the native checkpoint: its name and shape.
@@ -24,6 +26,9 @@ struct synth_tensor_info {
 
 // The native tensor table (318 entries, in checkpoint order). *n receives the count.
 const struct synth_tensor_info *synth_native_tensors(int *n);
+
+// The Pocket TTS table: its 87 codec tensors then 3 TTS tensors. *n receives the count.
+const struct synth_tensor_info *synth_pocket_tensors(int *n);
 
 // Fills out[0 .. n_elements) with the values of native tensor `name` of `shape` for `seed`.
 void synth_fill(const char *name, const int64_t *shape, int n_dims, uint64_t seed, float *out);

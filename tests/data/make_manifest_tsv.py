@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Converts the reference manifest (JSON) into the two TSV tables test_synth reads.
+"""Converts the reference manifests (JSON) into the TSV tables the tests read.
 
 usage: make_manifest_tsv.py [MANIFEST.json]   (default: manifest.json beside this script)
 
-Writes manifest_native.tsv and manifest_hf.tsv beside this script, one tensor per line in the
+Writes manifest_native.tsv and manifest_hf.tsv beside this script (and pocket/pocket_manifest.tsv
+from pocket/pocket_manifest.json), one tensor per line in the
 manifest's order, tab-separated: name, shape (dims joined by "x", e.g. 1536x512), the float64
 sum of its seed-0 values and the sum of their absolute values (17 significant digits, so each
 number reads back as exactly the double in the manifest). The manifest gives no abs-sum for the
@@ -32,6 +33,10 @@ def main():
     for key in ("native", "hf"):
         write_table(os.path.join(HERE, "manifest_%s.tsv" % key), manifest[key])
         print("%s: %d tensors" % (key, len(manifest[key])))
+    with open(os.path.join(HERE, "pocket", "pocket_manifest.json"), encoding="utf-8") as f:
+        pocket = json.load(f)["pocket"]
+    write_table(os.path.join(HERE, "pocket", "pocket_manifest.tsv"), pocket)
+    print("pocket: %d tensors" % len(pocket))
 
 
 if __name__ == "__main__":
