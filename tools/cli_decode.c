@@ -1,0 +1,318 @@
+/*
+ * cli_decode.c - `mimi decode`: codes in (.npy, .safetensors, or a live frame stream on standard
+ * input), audio out (WAV, FLAC, Ogg Vorbis, Ogg/Opus, MP3, float .npy, or PCM on standard output).
+ *
+ * A codes file is checked whole before any audio is made: its shape against the model, the
+ * metadata a .safetensors file carries (rates, sizes, the model hash) and the range of every code.
+ * Frames then go through a decoder one at a time and each frame's samples go to the output as
+ * they come (resampled with --rate). A frame stream is checked frame by frame as it arrives. The
+ * audio is trimmed to the length the encoder recorded (metadata n_samples) when it is known.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "codes_file.h"
+
+struct dec_ctx {
+    const struct opts *o;
+    const struct mimi_model *model;
+    const char *model_path;
+    struct item *items;
+    int fs, rate, card, max_q;
+};
+
+// ---- checks of a codes file ----
+
+// The metadata value of `key` as an integer, or -1 when absent or not a number.
+static long long meta_int(const struct codes *c, const char *key) {
+    const char *v = codes_meta_get(&c->meta, key);
+    char *end;
+    if (!v || !*v) return -1;
+    long long n = strtoll(v, &end, 10);
+    return *end ? -1 : n;
+}
+
+// Checks a codes file against the model. Returns 0 or 1 (the item failed, message printed).
+static int check_codes(struct dec_ctx *x, struct item *it, const struct codes *c) {
+    const char *in = it->input, *v;
+    long long n;
+    if (c->n_codebooks == 0 || c->n_frames == 0) {
+        item_fail(it, in, "no codes (shape (%d, %lld))", c->n_codebooks, (long long)c->n_frames);
+        return 1;
+    }
+    if ((v = codes_meta_get(&c->meta, "format")) && strcmp(v, "mimi-codes")) {
+        item_fail(it, in, "not Mimi codes (metadata format '%s')", v);
+        return 1;
+    }
+    if ((n = meta_int(c, "sample_rate")) >= 0 && n != x->rate) {
+        item_fail(it, in, "the codes are for %lld Hz audio, the model makes %d Hz", n, x->rate);
+        return 1;
+    }
+    if ((n = meta_int(c, "frame_size")) >= 0 && n != x->fs) {
+        item_fail(it, in, "the codes have %lld samples per frame, the model %d", n, x->fs);
+        return 1;
+    }
+    if ((v = codes_meta_get(&c->meta, "frame_rate")) && atof(v) != (double)x->rate / x->fs) {
+        item_fail(it, in, "the codes are at %s frames per second, the model at %g", v,
+                  (double)x->rate / x->fs);
+        return 1;
+    }
+    if ((n = meta_int(c, "codebook_size")) >= 0 && n != x->card) {
+        item_fail(it, in, "the codes are for codebooks of %lld entries, the model's have %d", n,
+                  x->card);
+        return 1;
+    }
+    if ((n = meta_int(c, "n_codebooks")) >= 0 && n != c->n_codebooks) {
+        item_fail(it, in, "the metadata says %lld codebooks, the codes tensor has %d", n,
+                  c->n_codebooks);
+        return 1;
+    }
+    if (c->n_codebooks > x->max_q) {
+        item_fail(it, in, "has %d codebooks, the model has at most %d (is the array [codebooks, "
+                  "frames]?)", c->n_codebooks, x->max_q);
+        return 1;
+    }
+    if ((v = codes_meta_get(&c->meta, "model_xxh64")) && !x->o->any_model) {
+        const char *h = cli_model_hash(x->model_path);
+        if (!h) {
+            item_fail(it, in, "cannot check the model hash (see above)");
+            return 1;
+        }
+        if (strcmp(h, v) != 0) {
+            item_fail(it, in, "was encoded with another model (xxh64 %s; %s has %s): decode "
+                      "with that model, or add --any-model to decode anyway", v,
+                      x->model_path, h);
+            return 1;
+        }
+    }
+    for (int64_t i = 0; i < (int64_t)c->n_codebooks * c->n_frames; i++) {
+        if (c->data[i] < 0 || c->data[i] >= x->card) {
+            item_fail(it, in, "code %ld at codebook %lld, frame %lld is out of range [0, %d)",
+                      (long)c->data[i], (long long)(i / c->n_frames),
+                      (long long)(i % c->n_frames), x->card);
+            return 1;
+        }
+    }
+    int nq = x->o->codebooks ? x->o->codebooks : c->n_codebooks;
+    if (nq > c->n_codebooks) {
+        item_fail(it, in, "has %d codebooks, --codebooks %d asks for more", c->n_codebooks, nq);
+        return 1;
+    }
+    return 0;
+}
+
+// ---- one input ----
+
+// Writes up to n samples of one frame, keeping to the length limit (-1: none).
+static int put_audio(struct audio_sink *sink, struct item *it, const float *pcm, int64_t n,
+                     int64_t limit, char *err, size_t errlen) {
+    if (limit >= 0 && it->samples + n > limit) n = limit - it->samples;
+    if (n <= 0) return 0;
+    it->samples += n;
+    return audio_sink_write(sink, pcm, n, err, errlen);
+}
+
+static void decode_item(void *ctx, int i) {
+    struct dec_ctx *x = ctx;
+    struct item *it = &x->items[i];
+    const struct opts *o = x->o;
+    int from_stdin = strcmp(it->input, "-") == 0;
+    const char *name = from_stdin ? "stdin" : it->input;
+    double t0 = cli_now();
+    struct codes c = {0};
+    struct audio_sink *sink = NULL;
+    struct mimi_decoder *dec = NULL;
+    struct codes_reader *reader = NULL;
+    float *pcm = NULL;
+    char err[1400] = "";
+    int rc = 0, e = 0;
+    if (!it->ok) goto done;
+    int64_t limit = -1;
+    int nq = o->codebooks ? o->codebooks : 8;
+    if (from_stdin) {
+        if (!(reader = malloc(sizeof *reader))) {
+            rc = cli_err(err, sizeof err, MIMI_ENOMEM, "out of memory");
+            goto done;
+        }
+        codes_reader_init(reader, 0, o->text, nq, "stdin");
+    } else {
+        if ((rc = codes_read(it->input, &c, err, sizeof err))) goto done;
+        if (check_codes(x, it, &c)) goto done;
+        nq = o->codebooks ? o->codebooks : c.n_codebooks;
+        long long n = meta_int(&c, "n_samples");
+        if (n >= 0 && n <= c.n_frames * x->fs) limit = n;
+    }
+    it->n_codebooks = nq;
+    if (nq > x->max_q) {
+        rc = cli_err(err, sizeof err, MIMI_EINVAL, "--codebooks %d: the model has %d", nq, x->max_q);
+        goto done;
+    }
+    enum audio_raw raw = o->raw ? o->raw : strcmp(it->output, "-") ? AUDIO_RAW_NONE : AUDIO_RAW_S16LE;
+    int out_rate = o->rate ? o->rate : x->rate;
+    if ((rc = audio_sink_open(&sink, it->output, x->rate, out_rate, raw, o->float_wav, err,
+                              sizeof err)))
+        goto done;
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = nq;
+    int64_t frames = from_stdin ? -1 : c.n_frames;
+    int64_t n_pcm = o->offline ? frames * x->fs : x->fs;
+    if (o->offline && from_stdin) {
+        rc = cli_err(err, sizeof err, MIMI_EINVAL, "--offline needs a codes file, not a stream");
+        goto done;
+    }
+    if (!(pcm = malloc((size_t)n_pcm * sizeof *pcm))) {
+        rc = cli_err(err, sizeof err, MIMI_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (o->offline) {
+        int32_t *cm = c.data;  // the first nq rows of the codebook-major array
+        int64_t r = mimi_decode_offline(x->model, &sp, cm, frames, pcm, n_pcm);
+        if (r != n_pcm) {
+            rc = r < 0 ? (int)r : MIMI_ESTATE;
+            snprintf(err, sizeof err, "decoding failed: %s", mimi_strerror(rc));
+            goto done;
+        }
+        it->frames = frames;
+        rc = put_audio(sink, it, pcm, n_pcm, limit, err, sizeof err);
+        goto finish;
+    }
+    if (!(dec = mimi_decoder_create(x->model, &sp, &e))) {
+        rc = e;
+        snprintf(err, sizeof err, "cannot create a decoder: %s", mimi_strerror(e));
+        goto done;
+    }
+    int32_t codes[4096];
+    for (int64_t f = 0; !rc && (frames < 0 || f < frames); f++) {
+        if (reader) {
+            int r = codes_reader_next(reader, codes, err, sizeof err);
+            if (r <= 0) {
+                rc = r;
+                break;
+            }
+            for (int q = 0; q < nq; q++) {
+                if (codes[q] < 0 || codes[q] >= x->card) {
+                    rc = MIMI_EINVAL;
+                    snprintf(err, sizeof err, "frame %lld: code %ld at codebook %d is out of "
+                             "range [0, %d)", (long long)f, (long)codes[q], q, x->card);
+                    break;
+                }
+            }
+            if (rc) break;
+        } else {
+            for (int q = 0; q < nq; q++) codes[q] = c.data[q * frames + f];
+        }
+        int r = mimi_decoder_step(dec, codes, pcm);
+        if (r < 0) {
+            const char *m = mimi_decoder_errmsg(dec);
+            snprintf(err, sizeof err, "decoding failed at frame %lld: %s", (long long)f,
+                     *m ? m : mimi_strerror(r));
+            rc = r;
+            break;
+        }
+        it->frames++;
+        rc = put_audio(sink, it, pcm, x->fs, limit, err, sizeof err);
+        if (frames > 0) progress_set(progress_slot(), (double)(f + 1) / (double)frames);
+    }
+finish:
+    if (!rc && it->frames == 0) {
+        rc = MIMI_EINVAL;
+        snprintf(err, sizeof err, "no codes in the input");
+    }
+    if (!rc) {
+        it->clipped = audio_sink_clipped(sink);
+        rc = audio_sink_close(sink, err, sizeof err);
+        sink = NULL;
+    }
+    it->wall_s = cli_now() - t0;
+    it->audio_s = (double)it->samples / x->rate;
+done:
+    if (rc) item_fail(it, name, "%s", err);
+    else if (it->ok) {
+        const char *out = strcmp(it->output, "-") ? it->output : "stdout";
+        cli_note("decoded %s -> %s: %lld frame%s (%.2f s of audio, %s) in %.2f s, %.1f ms per "
+                 "frame, %.2fx real time", name, out, (long long)it->frames,
+                 it->frames == 1 ? "" : "s", it->audio_s,
+                 o->offline ? "offline" : "streaming", it->wall_s,
+                 it->frames ? 1000.0 * it->wall_s / (double)it->frames : 0.0,
+                 it->wall_s > 0 ? it->audio_s / it->wall_s : 0.0);
+        if (it->clipped)
+            cli_note("%s: note: %lld of %lld samples were outside [-1, 1] and were clipped%s", out,
+                     (long long)it->clipped, (long long)it->samples,
+                     audio_out_from_path(it->output) == AUDIO_OUT_WAV ? " (--float keeps them)" : "");
+    }
+    audio_sink_abort(sink);
+    mimi_decoder_destroy(dec);
+    codes_free(&c);
+    free(reader);
+    free(pcm);
+    progress_item_done(progress_slot());
+}
+
+// ---- the command ----
+
+int cmd_decode(const struct opts *o) {
+    int stdin_in = o->n_inputs == 1 && strcmp(o->inputs[0], "-") == 0;
+    for (int i = 0; i < o->n_inputs; i++)
+        if (strcmp(o->inputs[i], "-") == 0 && o->n_inputs > 1)
+            return cli_usage_error(o->cmd, "'-' (standard input) must be the only input");
+    if (!o->output) return cli_usage_error(o->cmd, "missing the output (-o FILE, -o DIR/ or -o -)");
+    int stdout_out = strcmp(o->output, "-") == 0;
+    enum audio_out kind = AUDIO_OUT_WAV;
+    if (o->format && (kind = audio_out_parse(o->format)) == AUDIO_OUT_NONE)
+        return cli_usage_error(o->cmd, "--format is wav, flac, ogg, opus, mp3 or npy, not '%s'",
+                               o->format);
+    if (!stdout_out && !o->raw && !is_dir_path(o->output) && o->n_inputs == 1 &&
+        audio_out_from_path(o->output) == AUDIO_OUT_NONE && !same_file(o->output, o->inputs[0]))
+        return cli_usage_error(o->cmd, "cannot tell the audio format of '%s': name it .wav, .flac, "
+                               ".ogg, .opus, .mp3 or .npy, or use --raw", o->output);
+    if (stdout_out && o->json)
+        return cli_usage_error(o->cmd, "--json prints on stdout, which carries the audio here");
+    if (stdout_out && isatty(1))
+        return cli_usage_error(o->cmd, "refusing to write raw audio to a terminal: redirect or "
+                               "pipe stdout");
+    if (o->rate && (o->rate < 1000 || o->rate > 384000))
+        return cli_usage_error(o->cmd, "--rate %d is outside 1000 .. 384000 Hz", o->rate);
+    const char *mpath = cli_model_path(o);
+    if (!mpath) return 2;
+
+    struct item *items = calloc((size_t)o->n_inputs, sizeof *items);
+    if (!items) return 1;
+    for (int i = 0; i < o->n_inputs; i++) {
+        items[i].input = o->inputs[i];
+        items[i].ok = 1;
+    }
+    int rc = plan_outputs(o, items, o->raw ? ".raw" : audio_out_ext(kind), mpath);
+    if (!rc && o->n_inputs == 1 && !items[0].ok) rc = 1;
+    struct mimi_model *model = NULL;
+    if (!rc && !(model = cli_load_codes_model(mpath, o->threads))) rc = 1;
+    if (!rc) {
+        struct dec_ctx x = {.o = o, .model = model, .model_path = mpath, .items = items,
+                            .fs = mimi_model_frame_size(model),
+                            .rate = mimi_model_sample_rate(model),
+                            .card = mimi_model_codebook_size(model),
+                            .max_q = mimi_model_max_codebooks(model)};
+        double t0 = cli_now();
+        progress_begin("decode", o->n_inputs, o->jobs > 0 ? o->jobs : 1, o->quiet || stdin_in);
+        run_jobs(o->n_inputs, o->jobs > 0 ? o->jobs : 1, decode_item, &x);
+        progress_end();
+        double wall = cli_now() - t0;
+        rc = items_status(items, o->n_inputs);
+        if (o->n_inputs > 1) {
+            int ok = 0;
+            for (int i = 0; i < o->n_inputs; i++) ok += items[i].ok;
+            cli_note("decoded %d of %d files in %.2f s%s", ok, o->n_inputs, wall,
+                     ok < o->n_inputs ? " (see the errors above)" : "");
+        }
+        if (o->json) json_summary(o, items, o->n_inputs, wall);
+    } else if (o->json && rc == 1) {
+        items_abandon(items, o->n_inputs);
+        json_summary(o, items, o->n_inputs, 0);
+    }
+    mimi_model_destroy(model);
+    free(items);
+    return rc;
+}

@@ -1,0 +1,306 @@
+/*
+ * cli_encode.c - `mimi encode`: audio in (files of any format, rate and channel count, or PCM on
+ * standard input), codes out (.npy, .safetensors with metadata, or a live frame stream).
+ *
+ * Each input is read as a stream: blocks of one frame (1920 samples at 24 kHz after downmix and
+ * resampling) go through an encoder as they arrive, and with a frame-stream output each frame's
+ * codes are written as soon as the frame is complete. Codes files are collected in memory (they
+ * are small: 8 codebooks x 12.5 frames x 4 bytes = 400 bytes per second) and written atomically
+ * at the end. Several inputs are spread over --jobs threads, each with its own encoder; the model
+ * is shared.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "codes_file.h"
+
+struct enc_ctx {
+    const struct opts *o;
+    const struct mimi_model *model;
+    const char *model_path;
+    struct item *items;
+    int nq, fs, rate, stream_out;
+};
+
+// ---- codes output: a codes file collected in memory, or a frame stream on stdout ----
+
+struct codes_out {
+    int stream;
+    int32_t *frames;  // frame-major, files only
+    int64_t n, cap;
+};
+
+static int codes_out_put(struct codes_out *c, const struct enc_ctx *x, const int32_t *codes,
+                         char *err, size_t errlen) {
+    if (c->stream) return codes_stream_put(1, x->o->text, codes, x->nq, "stdout", err, errlen);
+    if (c->n == c->cap) {
+        int64_t cap = c->cap ? 2 * c->cap : 1024;
+        int32_t *p = realloc(c->frames, (size_t)cap * (size_t)x->nq * sizeof *p);
+        if (!p) return cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
+        c->frames = p;
+        c->cap = cap;
+    }
+    memcpy(c->frames + c->n * x->nq, codes, (size_t)x->nq * sizeof *codes);
+    c->n++;
+    return 0;
+}
+
+// Writes a collected codes file with its metadata. Returns 0 or a code (reason in err).
+static int codes_out_finish(struct codes_out *c, const struct enc_ctx *x, const struct item *it,
+                            char *err, size_t errlen) {
+    if (c->stream) return 0;
+    int nq = x->nq;
+    int32_t *cm = malloc((size_t)(c->n ? c->n : 1) * (size_t)nq * sizeof *cm);
+    if (!cm) return cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
+    for (int64_t f = 0; f < c->n; f++)
+        for (int q = 0; q < nq; q++) cm[q * c->n + f] = c->frames[f * nq + q];
+    struct codes_meta meta = {0};
+    int rc = 0;
+    if (codes_kind_from_path(it->output) == CODES_SAFETENSORS) {
+        const char *hash = cli_model_hash(x->model_path);
+        char v[64];
+        const char *base = strrchr(it->input, '/');
+        codes_meta_set(&meta, "format", "mimi-codes");
+        codes_meta_set(&meta, "format_version", "1");
+        snprintf(v, sizeof v, "%d", x->rate);
+        codes_meta_set(&meta, "sample_rate", v);
+        snprintf(v, sizeof v, "%g", (double)x->rate / x->fs);
+        codes_meta_set(&meta, "frame_rate", v);
+        snprintf(v, sizeof v, "%d", x->fs);
+        codes_meta_set(&meta, "frame_size", v);
+        snprintf(v, sizeof v, "%d", nq);
+        codes_meta_set(&meta, "n_codebooks", v);
+        snprintf(v, sizeof v, "%d", mimi_model_codebook_size(x->model));
+        codes_meta_set(&meta, "codebook_size", v);
+        snprintf(v, sizeof v, "%lld", (long long)it->samples);
+        codes_meta_set(&meta, "n_samples", v);
+        if (hash) codes_meta_set(&meta, "model_xxh64", hash);
+        else rc = cli_err(err, errlen, MIMI_EIO, "%s: cannot hash the model", x->model_path);
+        codes_meta_set(&meta, "model_naming", mimi_model_naming(x->model));
+        codes_meta_set(&meta, "mode", x->o->offline ? "offline" : "streaming");
+        if (strcmp(it->input, "-")) codes_meta_set(&meta, "source", base ? base + 1 : it->input);
+        snprintf(v, sizeof v, "libmimi %s", mimi_version_string());
+        codes_meta_set(&meta, "encoder", v);
+    }
+    if (!rc) rc = codes_write(it->output, cm, nq, c->n, &meta, err, errlen);
+    free(cm);
+    return rc;
+}
+
+// ---- one input ----
+
+// Streams the source through an encoder frame by frame. Returns 0 or a code (reason in err).
+static int encode_streaming(struct enc_ctx *x, struct item *it, struct audio_src *src,
+                            struct codes_out *out, char *err, size_t errlen) {
+    int e = 0, rc = 0, fs = x->fs;
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = x->nq;
+    struct mimi_encoder *enc = mimi_encoder_create(x->model, &sp, &e);
+    float *pcm = malloc((size_t)fs * sizeof *pcm);
+    int32_t codes[4096];
+    if (!enc || !pcm) {
+        rc = e ? e : MIMI_ENOMEM;
+        snprintf(err, errlen, "cannot create an encoder: %s", mimi_strerror(rc));
+    }
+    const struct audio_src_info *info = audio_src_info(src);
+    for (int64_t n = fs; !rc && n == fs;) {
+        n = audio_src_read(src, pcm, fs, err, errlen);
+        if (n < 0) {
+            rc = (int)n;
+            break;
+        }
+        if (n == 0) break;
+        it->samples += n;
+        int r = n == fs ? mimi_encoder_step(enc, pcm, codes) : 0;
+        if (n < fs) {  // the last, partial frame: zero-padded by flush
+            r = mimi_encoder_push(enc, pcm, (size_t)n, codes, 1);
+            if (r == 0) r = mimi_encoder_flush(enc, codes, 1);
+            if (r == 1) r = 0;
+            else if (r >= 0) r = MIMI_ESTATE;
+        }
+        if (r < 0) {
+            const char *m = mimi_encoder_errmsg(enc);
+            snprintf(err, errlen, "encoding failed: %s", *m ? m : mimi_strerror(r));
+            rc = r;
+            break;
+        }
+        rc = codes_out_put(out, x, codes, err, errlen);
+        it->frames++;
+        if (info->frames > 0)
+            progress_set(progress_slot(), (double)audio_src_position(src) / (double)info->frames);
+    }
+    mimi_encoder_destroy(enc);
+    free(pcm);
+    return rc;
+}
+
+// Reads the whole source, then runs the reference's offline path.
+static int encode_offline(struct enc_ctx *x, struct item *it, struct audio_src *src,
+                          struct codes_out *out, char *err, size_t errlen) {
+    float *pcm = NULL;
+    int32_t *cm = NULL;
+    int64_t n = 0, cap = 0, got;
+    int rc = 0;
+    do {
+        if (n + x->fs > cap) {
+            cap = cap ? 2 * cap : 16 * x->fs;
+            float *p = realloc(pcm, (size_t)cap * sizeof *p);
+            if (!p) {
+                rc = MIMI_ENOMEM;
+                snprintf(err, errlen, "out of memory");
+                break;
+            }
+            pcm = p;
+        }
+        got = audio_src_read(src, pcm + n, x->fs, err, errlen);
+        if (got < 0) rc = (int)got;
+        else n += got;
+    } while (!rc && got == x->fs);
+    int64_t frames = n ? mimi_frames_for_samples(x->model, n) : 0;
+    if (!rc && !(cm = malloc((size_t)(frames ? frames : 1) * (size_t)x->nq * sizeof *cm))) {
+        rc = MIMI_ENOMEM;
+        snprintf(err, errlen, "out of memory");
+    }
+    if (!rc) {
+        struct mimi_stream_params sp;
+        mimi_stream_params_default(&sp);
+        sp.n_codebooks = x->nq;
+        int64_t r = mimi_encode_offline(x->model, &sp, pcm, n, cm, frames * x->nq);
+        if (r != frames) {
+            rc = r < 0 ? (int)r : MIMI_ESTATE;
+            snprintf(err, errlen, "encoding failed: %s", mimi_strerror(rc));
+        }
+    }
+    int32_t codes[4096];
+    for (int64_t f = 0; !rc && f < frames; f++) {
+        for (int q = 0; q < x->nq; q++) codes[q] = cm[q * frames + f];
+        rc = codes_out_put(out, x, codes, err, errlen);
+    }
+    it->samples = n;
+    it->frames = frames;
+    free(cm);
+    free(pcm);
+    return rc;
+}
+
+static void encode_item(void *ctx, int i) {
+    struct enc_ctx *x = ctx;
+    struct item *it = &x->items[i];
+    const struct opts *o = x->o;
+    const char *name = strcmp(it->input, "-") ? it->input : "stdin";
+    double t0 = cli_now();
+    struct audio_src *src = NULL;
+    struct codes_out out = {.stream = x->stream_out};
+    char err[1400] = "";
+    int rc = 0;
+    if (!it->ok) goto done;
+    rc = audio_src_open(&src, it->input, x->rate, o->raw, o->rate ? o->rate : x->rate,
+                        o->channels ? o->channels : 1, err, sizeof err);
+    if (rc) goto done;
+    const struct audio_src_info *info = audio_src_info(src);
+    it->in_rate = info->rate;
+    it->in_channels = info->channels;
+    snprintf(it->in_format, sizeof it->in_format, "%s", info->format);
+    if (info->rate != x->rate || info->channels != 1) {
+        char ch[32];
+        cli_note("%s: %d Hz %s -> %d Hz mono", name, info->rate,
+                 cli_channels_name(info->channels, ch, sizeof ch), x->rate);
+    }
+    rc = o->offline ? encode_offline(x, it, src, &out, err, sizeof err)
+                    : encode_streaming(x, it, src, &out, err, sizeof err);
+    if (!rc) rc = codes_out_finish(&out, x, it, err, sizeof err);
+    it->wall_s = cli_now() - t0;
+    it->audio_s = (double)it->samples / x->rate;
+    it->n_codebooks = x->nq;
+done:
+    if (rc) item_fail(it, name, "%s", err);
+    else if (it->ok)
+        cli_note("encoded %s -> %s: %lld frame%s (%.2f s of audio, %s) in %.2f s, %.1f ms per "
+                 "frame, %.2fx real time", name, strcmp(it->output, "-") ? it->output : "stdout",
+                 (long long)it->frames, it->frames == 1 ? "" : "s", it->audio_s, o->offline ? "offline" : "streaming",
+                 it->wall_s, it->frames ? 1000.0 * it->wall_s / (double)it->frames : 0.0,
+                 it->wall_s > 0 ? it->audio_s / it->wall_s : 0.0);
+    audio_src_close(src);
+    free(out.frames);
+    progress_item_done(progress_slot());
+}
+
+// ---- the command ----
+
+int cmd_encode(const struct opts *o) {
+    int stdin_in = o->n_inputs == 1 && strcmp(o->inputs[0], "-") == 0;
+    for (int i = 0; i < o->n_inputs; i++)
+        if (strcmp(o->inputs[i], "-") == 0 && o->n_inputs > 1)
+            return cli_usage_error(o->cmd, "'-' (standard input) must be the only input");
+    const char *output = o->output ? o->output : (stdin_in || o->raw ? "-" : NULL);
+    if (!output) return cli_usage_error(o->cmd, "missing the output (-o FILE, -o DIR/ or -o -)");
+    int stream_out = strcmp(output, "-") == 0;
+    const char *ext = ".npy";
+    if (o->format) {
+        if (strcmp(o->format, "npy") && strcmp(o->format, "safetensors"))
+            return cli_usage_error(o->cmd, "--format is npy or safetensors, not '%s'", o->format);
+        ext = strcmp(o->format, "npy") ? ".safetensors" : ".npy";
+    }
+    if (!stream_out && !is_dir_path(output) && o->n_inputs == 1 &&
+        codes_kind_from_path(output) == CODES_NONE && !same_file(output, o->inputs[0]))
+        return cli_usage_error(o->cmd, "cannot tell the codes format of '%s': name it .npy or "
+                               ".safetensors, or use -o - for a frame stream", output);
+    if (stream_out && o->json)
+        return cli_usage_error(o->cmd, "--json prints on stdout, which carries the codes here");
+    if (stream_out && !o->text && isatty(1))
+        return cli_usage_error(o->cmd, "refusing to write binary codes to a terminal: redirect "
+                               "or pipe stdout, or add --text");
+    const char *mpath = cli_model_path(o);
+    if (!mpath) return 2;
+
+    struct item *items = calloc((size_t)o->n_inputs, sizeof *items);
+    if (!items) return 1;
+    for (int i = 0; i < o->n_inputs; i++) {
+        items[i].input = o->inputs[i];
+        items[i].ok = 1;
+    }
+    struct opts po = *o;
+    po.output = output;
+    int rc = plan_outputs(&po, items, ext, mpath);
+    if (!rc && o->n_inputs == 1 && !items[0].ok) rc = 1;
+    struct mimi_model *model = NULL;
+    if (!rc && !(model = cli_load_codes_model(mpath, o->threads))) rc = 1;
+    struct enc_ctx x = {.o = &po, .model = model, .model_path = mpath, .items = items,
+                        .stream_out = stream_out};
+    if (!rc) {
+        x.nq = o->codebooks ? o->codebooks : 8;
+        x.fs = mimi_model_frame_size(model);
+        x.rate = mimi_model_sample_rate(model);
+        if (x.nq > mimi_model_max_codebooks(model) || x.nq > 4096) {
+            cli_fail(mpath, "has %d codebooks, --codebooks %d asks for more",
+                     mimi_model_max_codebooks(model), x.nq);
+            rc = 1;
+        }
+    }
+    if (!rc) {
+        double t0 = cli_now();
+        progress_begin("encode", o->n_inputs, o->jobs > 0 ? o->jobs : 1, o->quiet || stdin_in);
+        run_jobs(o->n_inputs, o->jobs > 0 ? o->jobs : 1, encode_item, &x);
+        progress_end();
+        double wall = cli_now() - t0;
+        rc = items_status(items, o->n_inputs);
+        if (o->n_inputs > 1) {
+            int ok = 0;
+            for (int i = 0; i < o->n_inputs; i++) ok += items[i].ok;
+            cli_note("encoded %d of %d files in %.2f s%s", ok, o->n_inputs, wall,
+                     ok < o->n_inputs ? " (see the errors above)" : "");
+        }
+        if (o->json) json_summary(o, items, o->n_inputs, wall);
+    } else if (o->json && rc == 1) {
+        items_abandon(items, o->n_inputs);
+        json_summary(o, items, o->n_inputs, 0);
+    }
+    mimi_model_destroy(model);
+    free(items);
+    return rc;
+}
