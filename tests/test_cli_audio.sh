@@ -107,11 +107,11 @@ make_float_wav() {
 
 # ---- inputs ----
 
-"$GEN" "$T/in.mp3" 44100 2 22050 &&  # 0.5 s -> 12000 samples at 24 kHz -> 7 frames
-    "$GEN" "$T/in8k.flac" 8000 1 2000 &&  # 0.25 s -> 6000 samples -> 4 frames
-    "$GEN" "$T/float.wav" 24000 1 3000 float &&  # 2 frames
-    "$GEN" "$T/vorbis.ogg" 16000 1 1600 &&
-    "$GEN" "$T/opus.opus" 48000 2 4800 || {
+"$GEN" "$T/in.mp3" 44100 2 8820 &&  # 0.2 s -> 4800 samples at 24 kHz -> 3 frames
+    "$GEN" "$T/in8k.flac" 8000 1 1200 &&  # 0.15 s -> 3600 samples -> 2 frames
+    "$GEN" "$T/float.wav" 24000 1 1920 float &&  # 1 frame
+    "$GEN" "$T/vorbis.ogg" 16000 1 1200 &&  # 1 frame each
+    "$GEN" "$T/opus.opus" 48000 2 3840 || {
     echo "not ok - cannot generate the test inputs"
     echo "0 passed, 1 failed"
     exit 1
@@ -123,17 +123,17 @@ run encode "$T/in.mp3" -o "$T/mp3.safetensors"
 check "MP3 44.1 kHz stereo: encoded, with a note of the conversion" eval \
     'rc_is 0 && stderr_has "in.mp3: 44100 Hz stereo -> 24000 Hz mono" && [ -f "$T/mp3.safetensors" ]'
 run info --json "$T/mp3.safetensors"
-check "its codes file: [8, 7] with the sample count and model hash in the metadata" eval \
-    'rc_is 0 && stdout_has "\"shape\": [8, 7]" && stdout_has "\"n_samples\": \"12000\"" &&
+check "its codes file: [8, 3] with the sample count and model hash in the metadata" eval \
+    'rc_is 0 && stdout_has "\"shape\": [8, 3]" && stdout_has "\"n_samples\": \"4800\"" &&
         stdout_has "\"model_xxh64\": \"" && stdout_has "\"source\": \"in.mp3\""'
 
 run encode "$T/in8k.flac" -o "$T/flac.npy"
-check "FLAC 8 kHz: resampled, [8, 4] int32 .npy" eval \
-    'rc_is 0 && stderr_has "8000 Hz mono -> 24000 Hz mono" && [ "$(npy_shape "$T/flac.npy")" = "(8,4)" ]'
+check "FLAC 8 kHz: resampled, [8, 2] int32 .npy" eval \
+    'rc_is 0 && stderr_has "8000 Hz mono -> 24000 Hz mono" && [ "$(npy_shape "$T/flac.npy")" = "(8,2)" ]'
 
 run encode "$T/float.wav" -o "$T/float.npy"
-check "float WAV at 24 kHz: no conversion note, [8, 2]" eval \
-    'rc_is 0 && ! stderr_has " -> 24000" && [ "$(npy_shape "$T/float.npy")" = "(8,2)" ]'
+check "float WAV at 24 kHz: no conversion note, [8, 1]" eval \
+    'rc_is 0 && ! stderr_has " -> 24000" && [ "$(npy_shape "$T/float.npy")" = "(8,1)" ]'
 
 # ---- many files at once, one of them bad ----
 
@@ -157,10 +157,10 @@ check "several inputs and a file output: usage error" eval 'rc_is 2 && absent "$
 # ---- audio out ----
 
 run decode "$T/mp3.safetensors" -o "$T/out.flac"
-check "decode to FLAC, trimmed to the input's 12000 samples" eval \
-    'rc_is 0 && info_is "$T/out.flac" "24000 1 12000 flac pcm16"'
+check "decode to FLAC, trimmed to the input's 4800 samples" eval \
+    'rc_is 0 && info_is "$T/out.flac" "24000 1 4800 flac pcm16"'
 run decode --rate 48000 "$T/mp3.safetensors" -o "$T/out48.wav"
-check "decode --rate 48000 to WAV" eval 'rc_is 0 && info_is "$T/out48.wav" "48000 1 24000 wav pcm16"'
+check "decode --rate 48000 to WAV" eval 'rc_is 0 && info_is "$T/out48.wav" "48000 1 9600 wav pcm16"'
 run decode "$T/flac.npy" -o "$T/out.opus"
 check "decode to Ogg/Opus" eval \
     'rc_is 0 && "$GEN" --info "$T/out.opus" | grep -q "^24000 1 .* opus$"'
@@ -211,24 +211,24 @@ check "a model given as codes: says so" eval \
 
 # ---- live pipes ----
 
-"$GEN" --raw s16le 1 5000 | "$MIMI" encode -q --raw s16le - >"$T/live.bin" 2>"$T/stderr"
+"$GEN" --raw s16le 1 3000 | "$MIMI" encode -q --raw s16le - >"$T/live.bin" 2>"$T/stderr"
 RC=$?
-check "encode --raw s16le - : 3 binary frames of 8 int32 (the partial frame flushed)" eval \
-    'rc_is 0 && size_is "$T/live.bin" 96'
-"$GEN" --raw f32le 2 5000 | "$MIMI" encode -q --raw f32le --channels 2 --text - >"$T/live.txt" \
+check "encode --raw s16le - : 2 binary frames of 8 int32 (the partial frame flushed)" eval \
+    'rc_is 0 && size_is "$T/live.bin" 64'
+"$GEN" --raw f32le 2 3000 | "$MIMI" encode -q --raw f32le --channels 2 --text - >"$T/live.txt" \
     2>"$T/stderr"
 RC=$?
-check "encode --raw f32le --channels 2 --text: 3 lines of 8 codes" eval \
-    'rc_is 0 && [ "$(wc -l <"$T/live.txt")" -eq 3 ] && [ "$(awk "{ n += NF } END { print n }" "$T/live.txt")" -eq 24 ]'
+check "encode --raw f32le --channels 2 --text: 2 lines of 8 codes" eval \
+    'rc_is 0 && [ "$(wc -l <"$T/live.txt")" -eq 2 ] && [ "$(awk "{ n += NF } END { print n }" "$T/live.txt")" -eq 16 ]'
 "$MIMI" decode -q --raw s16le - -o - <"$T/live.bin" >"$T/live.s16" 2>"$T/stderr"
 RC=$?
-check "decode --raw s16le - -o - : 3 frames of 16-bit PCM" eval 'rc_is 0 && size_is "$T/live.s16" 11520'
+check "decode --raw s16le - -o - : 2 frames of 16-bit PCM" eval 'rc_is 0 && size_is "$T/live.s16" 7680'
 "$MIMI" decode -q --text --raw f32le - -o - <"$T/live.txt" >"$T/live.f32" 2>"$T/stderr"
 RC=$?
-check "decode --text --raw f32le: 3 frames of float PCM" eval 'rc_is 0 && size_is "$T/live.f32" 23040'
+check "decode --text --raw f32le: 2 frames of float PCM" eval 'rc_is 0 && size_is "$T/live.f32" 15360'
 "$MIMI" decode -q - -o "$T/live.wav" <"$T/live.bin" 2>"$T/stderr"
 RC=$?
-check "decode a binary stream into a WAV file" eval 'rc_is 0 && info_is "$T/live.wav" "24000 1 5760 wav pcm16"'
+check "decode a binary stream into a WAV file" eval 'rc_is 0 && info_is "$T/live.wav" "24000 1 3840 wav pcm16"'
 N=$("$GEN" --raw s16le 1 3840 | "$MIMI" encode -q --raw s16le - |
     "$MIMI" decode -q --raw s16le - -o - | wc -c)
 check "encode | decode pipe chain: 2 frames through" [ "$N" -eq 7680 ]
@@ -268,7 +268,7 @@ check "decode streams: a frame's audio comes out while the input is still open" 
     '[ "$S" -eq 3840 ] && rc_is 0 && size_is "$T/lat.s16" 3840'
 
 # A reader that goes away: one line, exit 1, no death by SIGPIPE.
-"$GEN" --raw s16le 1 96000 2>/dev/null | "$MIMI" encode -q --raw s16le - 2>"$T/stderr" | head -c 1 >/dev/null
+"$GEN" --raw s16le 1 19200 2>/dev/null | "$MIMI" encode -q --raw s16le - 2>"$T/stderr" | head -c 1 >/dev/null
 RC=${PIPESTATUS[1]}
 check "encode into a closed pipe: broken pipe reported, exit 1" eval \
     'rc_is 1 && one_line && stderr_has "stdout: write failed (broken pipe"'
@@ -298,8 +298,8 @@ check "NaN in f32le PCM on stdin: refused" eval \
 
 run roundtrip "$T/in8k.flac" -o "$T/rt.wav"
 check "roundtrip: duration, bitrate, real-time factor and SNR" eval \
-    'rc_is 0 && stdout_has "0.25 s of audio" && stdout_has "1100 bit/s" &&
-        stdout_has "real-time factor:" && stdout_has "SNR:" && info_is "$T/rt.wav" "24000 1 6000 wav pcm16"'
+    'rc_is 0 && stdout_has "0.15 s of audio" && stdout_has "1100 bit/s" &&
+        stdout_has "real-time factor:" && stdout_has "SNR:" && info_is "$T/rt.wav" "24000 1 3600 wav pcm16"'
 run roundtrip --json --codebooks 4 "$T/float.wav"
 check "roundtrip --json" eval \
     'rc_is 0 && stdout_has "\"bitrate\": 550" && stdout_has "\"snr_db\": " && stdout_has "\"real_time_factor\": "'
@@ -313,7 +313,7 @@ check "info on a model: naming, geometry, parameters, hash" eval \
         grep -qE "xxh64 +[0-9a-f]{16}$" "$T/stdout"'
 run info --json "$HF_MODEL" "$T/flac.npy" "$T/in.mp3"
 check "info --json on a model, a codes file and audio" eval \
-    'rc_is 0 && stdout_has "\"naming\": \"huggingface\"" && stdout_has "\"shape\": [8, 4]" &&
+    'rc_is 0 && stdout_has "\"naming\": \"huggingface\"" && stdout_has "\"shape\": [8, 2]" &&
         stdout_has "\"sample_rate\": 44100" && stdout_has "\"channels\": 2"'
 run info "$T/bad.txt"
 check "info on something else: one line, exit 1" eval \

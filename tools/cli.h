@@ -98,7 +98,7 @@ struct item {
     double audio_s, wall_s;
     int in_rate, in_channels;   // encode: the input audio's; decode: 0
     char in_format[48];
-    double snr_db;              // roundtrip
+    double snr_db, bitrate;     // roundtrip: SNR in dB, bits per second
     int64_t clipped;
 };
 

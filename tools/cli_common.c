@@ -384,8 +384,7 @@ void progress_item_done(int slot) {
 
 void progress_end(void) {
     pthread_mutex_lock(&g_lock);
-    if (g_bar.drawn) fputc('\n', stderr);  // leave the finished bar on screen
-    g_bar.drawn = 0;
+    bar_clear_locked();  // the summary lines stay; the bar goes
     g_bar.on = 0;
     pthread_mutex_unlock(&g_lock);
 }
@@ -456,7 +455,7 @@ void json_summary(const struct opts *o, const struct item *items, int n, double 
             }
             if (strcmp(o->cmd, "roundtrip") == 0) {
                 printf(", \"bitrate\": ");
-                json_num(11.0 * it->n_codebooks * 12.5);
+                json_num(it->bitrate);
                 printf(", \"real_time_factor\": ");
                 json_num(it->audio_s > 0 ? it->wall_s / it->audio_s : NAN);
                 printf(", \"snr_db\": ");

@@ -137,6 +137,8 @@ int cmd_roundtrip(const struct opts *o) {
         rc = audio_sink_close(sink, err, sizeof err);
         sink = NULL;
     }
+    it.bitrate = log2((double)mimi_model_codebook_size(model)) * nq * rate /
+                 mimi_model_frame_size(model);
     if (rc) {
         item_fail(&it, name, "%s", err);
     } else if (o->json) {
@@ -144,7 +146,7 @@ int cmd_roundtrip(const struct opts *o) {
     } else {
         FILE *rep = audio_to_stdout ? stderr : stdout;
         double fr = (double)rate / mimi_model_frame_size(model);
-        double bits = log2((double)mimi_model_codebook_size(model)) * nq * fr;
+        double bits = it.bitrate;
         double rtf = it.audio_s > 0 ? it.wall_s / it.audio_s : 0;
         fprintf(rep, "%s: %.2f s of audio (%d Hz %s%s), %lld frames\n", name, it.audio_s,
                 it.in_rate, it.in_channels == 1 ? "mono" : it.in_channels == 2 ? "stereo" : "multichannel",
