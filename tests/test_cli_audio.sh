@@ -267,6 +267,24 @@ RC=$?
 check "decode streams: a frame's audio comes out while the input is still open" eval \
     '[ "$S" -eq 3840 ] && rc_is 0 && size_is "$T/lat.s16" 3840'
 
+# SIGTERM while the output is being written: exit 130 and neither output nor temporary file.
+rm -f "$T/fifo" && mkfifo "$T/fifo"
+"$MIMI" decode -q - -o "$T/int.wav" <"$T/fifo" 2>"$T/stderr" &
+PID=$!
+exec 3>"$T/fifo"
+head -c 32 "$T/live.bin" >&3
+for _ in $(seq 300); do
+    [ -n "$(find "$T" -name 'int.wav.tmp.*' -print)" ] && break
+    sleep 0.1
+done
+sleep 0.2
+kill -TERM $PID
+wait $PID
+RC=$?
+exec 3>&-
+check "SIGTERM: exit 130, the partial output removed" eval \
+    'rc_is 130 && stderr_has "stdin: interrupted" && absent "$T/int.wav" && no_temp_files'
+
 # A reader that goes away: one line, exit 1, no death by SIGPIPE.
 "$GEN" --raw s16le 1 19200 2>/dev/null | "$MIMI" encode -q --raw s16le - 2>"$T/stderr" | head -c 1 >/dev/null
 RC=${PIPESTATUS[1]}

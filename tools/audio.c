@@ -212,7 +212,8 @@ static int64_t refill(struct audio_src *s, int64_t want, char *errbuf, size_t er
         size_t frame_bytes = (size_t)raw_bytes(s->raw) * (size_t)ch;
         ssize_t r = fd_read_full(s->fd, s->bytes, (size_t)want * frame_bytes);
         if (r < 0)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: read error (%s)", s->name, strerror(errno));
+            return fail(errbuf, errlen, MIMI_EIO, "%s: %s", s->name,
+                        errno == EINTR ? "interrupted" : strerror(errno));
         got = r / (ssize_t)frame_bytes;  // a partial frame at the very end is dropped
         for (int64_t i = 0; i < got * ch; i++) {
             const uint8_t *b = s->bytes + i * raw_bytes(s->raw);

@@ -144,6 +144,9 @@ void json_summary(const struct opts *o, const struct item *items, int n, double 
 // the whole command).
 void items_abandon(struct item *items, int n);
 
+// 1 after SIGINT/SIGTERM (the item is then marked failed without a message), else 0.
+int item_interrupted(struct item *it);
+
 // Exit status for a finished batch: 0 when every item succeeded, else 1.
 int items_status(const struct item *items, int n);
 

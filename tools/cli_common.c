@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "codes_file.h"
+#include "fdio.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;  // stderr lines and the bar
 static int g_quiet;
@@ -414,6 +415,13 @@ void items_abandon(struct item *items, int n) {
         snprintf(items[i].error, sizeof items[i].error, "%s: not processed (see the error above)",
                  items[i].input);
     }
+}
+
+int item_interrupted(struct item *it) {
+    if (!fd_interrupted) return 0;
+    if (it->ok) snprintf(it->error, sizeof it->error, "%s: interrupted", it->input);
+    it->ok = 0;
+    return 1;
 }
 
 int items_status(const struct item *items, int n) {

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "codes_file.h"
+#include "fdio.h"
 
 struct dec_ctx {
     const struct opts *o;
@@ -129,7 +130,7 @@ static void decode_item(void *ctx, int i) {
     float *pcm = NULL;
     char err[1400] = "";
     int rc = 0, e = 0;
-    if (!it->ok) goto done;
+    if (!it->ok || item_interrupted(it)) goto done;
     int64_t limit = -1;
     int nq = o->codebooks ? o->codebooks : 8;
     if (from_stdin) {
@@ -187,6 +188,10 @@ static void decode_item(void *ctx, int i) {
     }
     int32_t codes[4096];
     for (int64_t f = 0; !rc && (frames < 0 || f < frames); f++) {
+        if (fd_interrupted) {
+            rc = cli_err(err, sizeof err, MIMI_EIO, "interrupted after %lld frames", (long long)f);
+            break;
+        }
         if (reader) {
             int r = codes_reader_next(reader, codes, err, sizeof err);
             if (r <= 0) {

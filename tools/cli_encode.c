@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "codes_file.h"
+#include "fdio.h"
 
 struct enc_ctx {
     const struct opts *o;
@@ -109,6 +110,11 @@ static int encode_streaming(struct enc_ctx *x, struct item *it, struct audio_src
     }
     const struct audio_src_info *info = audio_src_info(src);
     for (int64_t n = fs; !rc && n == fs;) {
+        if (fd_interrupted) {
+            rc = cli_err(err, errlen, MIMI_EIO, "interrupted after %lld frames",
+                         (long long)it->frames);
+            break;
+        }
         n = audio_src_read(src, pcm, fs, err, errlen);
         if (n < 0) {
             rc = (int)n;
@@ -198,7 +204,7 @@ static void encode_item(void *ctx, int i) {
     struct codes_out out = {.stream = x->stream_out};
     char err[1400] = "";
     int rc = 0;
-    if (!it->ok) goto done;
+    if (!it->ok || item_interrupted(it)) goto done;
     rc = audio_src_open(&src, it->input, x->rate, o->raw, o->rate ? o->rate : x->rate,
                         o->channels ? o->channels : 1, err, sizeof err);
     if (rc) goto done;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "fdio.h"
 
 // Runs source -> encoder -> decoder -> sink (may be NULL). Returns 0 or a code (reason in err).
 static int roundtrip(const struct mimi_model *model, int nq, struct audio_src *src,
@@ -34,6 +35,11 @@ static int roundtrip(const struct mimi_model *model, int nq, struct audio_src *s
     const struct audio_src_info *info = audio_src_info(src);
     double sig = 0, noise = 0;
     for (int64_t n = fs; !rc && n == fs;) {
+        if (fd_interrupted) {
+            rc = cli_err(err, errlen, MIMI_EIO, "interrupted after %lld frames",
+                         (long long)it->frames);
+            break;
+        }
         n = audio_src_read(src, x, fs, err, errlen);
         if (n <= 0) {
             rc = (int)n;

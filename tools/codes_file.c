@@ -411,7 +411,8 @@ static int next_line(struct codes_reader *r, char **line, char *errbuf, size_t e
                         (long long)r->line + 1);
         ssize_t got = fd_read_some(r->fd, r->buf + r->len, sizeof r->buf - 1 - r->len);
         if (got < 0)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: read error (%s)", r->name, strerror(errno));
+            return fail(errbuf, errlen, MIMI_EIO, "%s: %s", r->name,
+                        errno == EINTR ? "interrupted" : strerror(errno));
         if (got == 0) r->eof = 1;
         r->len += (size_t)got;
     }
@@ -424,7 +425,8 @@ int codes_reader_next(struct codes_reader *r, int32_t *codes, char *errbuf, size
         if (want > sizeof bytes) return fail(errbuf, errlen, MIMI_EINVAL, "%s: too many codebooks", r->name);
         ssize_t got = fd_read_full(r->fd, bytes, want);
         if (got < 0)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: read error (%s)", r->name, strerror(errno));
+            return fail(errbuf, errlen, MIMI_EIO, "%s: %s", r->name,
+                        errno == EINTR ? "interrupted" : strerror(errno));
         if (got == 0) return 0;
         if ((size_t)got < want)
             return fail(errbuf, errlen, MIMI_EFORMAT,

@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <unistd.h>
 
+volatile sig_atomic_t fd_interrupted;
+
 ssize_t fd_read_full(int fd, void *buf, size_t n) {
     size_t done = 0;
     while (done < n) {
         ssize_t r = read(fd, (char *)buf + done, n - done);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR && !fd_interrupted) continue;
         if (r < 0) return -1;
         if (r == 0) break;
         done += (size_t)r;
@@ -23,7 +25,7 @@ ssize_t fd_read_full(int fd, void *buf, size_t n) {
 ssize_t fd_read_some(int fd, void *buf, size_t n) {
     for (;;) {
         ssize_t r = read(fd, buf, n);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR && !fd_interrupted) continue;
         return r;
     }
 }
@@ -32,7 +34,7 @@ int fd_write_full(int fd, const void *buf, size_t n) {
     size_t done = 0;
     while (done < n) {
         ssize_t r = write(fd, (const char *)buf + done, n - done);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR && !fd_interrupted) continue;
         if (r < 0) return -1;
         done += (size_t)r;
     }

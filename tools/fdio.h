@@ -9,15 +9,20 @@
 #ifndef MIMI_FDIO_H
 #define MIMI_FDIO_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <sys/types.h>
 
+// Set by the program's SIGINT/SIGTERM handler: an interrupted read or write then fails with EINTR
+// instead of being retried, and long loops stop at their next step.
+extern volatile sig_atomic_t fd_interrupted;
+
 // Reads up to n bytes, stopping early only at the end of the input. Returns the number of bytes
-// read (n, or fewer at the end), or -1 with errno set (never EINTR).
+// read (n, or fewer at the end), or -1 with errno set (EINTR only after fd_interrupted was set).
 ssize_t fd_read_full(int fd, void *buf, size_t n);
 
 // Reads what is available, at least 1 byte unless the input has ended (0) or failed (-1, errno
-// set, never EINTR). For line-oriented input that must not wait for more than one line.
+// set). For line-oriented input that must not wait for more than one line.
 ssize_t fd_read_some(int fd, void *buf, size_t n);
 
 // Writes all n bytes. Returns 0, or -1 with errno set (EPIPE: the reader closed the pipe).

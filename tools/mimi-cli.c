@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fdio.h"
 
 // ---- options ----
 
@@ -212,6 +213,28 @@ static int cmd_synth(const struct opts *o) {
 
 // ---- main ----
 
+// SIGINT, SIGTERM, SIGHUP: the work stops at the next frame, temporary files are removed and
+// the exit status is 130. The handler is reset, so a second signal ends the program at once.
+static void on_signal(int sig) {
+    (void)sig;
+    fd_interrupted = 1;
+}
+
+static void catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = (int)SA_RESETHAND;  // no SA_RESTART: blocked reads return EINTR
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction old;
+        // a signal ignored by whoever started us (nohup, a background job) stays ignored
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 static const struct command {
     const char *name;
     int mask;
@@ -266,7 +289,8 @@ int main(int argc, char **argv) {
     if (!o.inputs) return 1;
     int rc = parse_args(&o, c->mask, argc, argv);
     cli_set_quiet(o.quiet);
+    catch_signals();
     if (!rc) rc = c->run(&o);
     free(o.inputs);
-    return rc;
+    return fd_interrupted ? 130 : rc;
 }
