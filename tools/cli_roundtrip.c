@@ -154,14 +154,18 @@ int cmd_roundtrip(const struct opts *o) {
         double fr = (double)rate / mimi_model_frame_size(model);
         double bits = it.bitrate;
         double rtf = it.audio_s > 0 ? it.wall_s / it.audio_s : 0;
+        char ch[32];
+        char conv[64] = "";
+        if (it.in_rate != rate || it.in_channels != 1)
+            snprintf(conv, sizeof conv, ", converted to %d Hz mono", rate);
         fprintf(rep, "%s: %.2f s of audio (%d Hz %s%s), %lld frames\n", name, it.audio_s,
-                it.in_rate, it.in_channels == 1 ? "mono" : it.in_channels == 2 ? "stereo" : "multichannel",
-                it.in_rate != rate || it.in_channels != 1 ? ", converted to the model's mono" : "",
+                it.in_rate, cli_channels_name(it.in_channels, ch, sizeof ch), conv,
                 (long long)it.frames);
         fprintf(rep, "  bitrate:          %.0f bit/s (%g bits x %d codebooks x %g frames/s)\n",
                 bits, log2((double)mimi_model_codebook_size(model)), nq, fr);
-        fprintf(rep, "  real-time factor: %.3f (%.2fx faster than real time), %.1f ms per frame\n",
-                rtf, rtf > 0 ? 1 / rtf : 0.0, it.frames ? 1000.0 * it.wall_s / it.frames : 0.0);
+        fprintf(rep, "  real-time factor: %.3f (%.2fx %s than real time), %.1f ms per frame\n",
+                rtf, rtf > 0 && rtf < 1 ? 1 / rtf : rtf, rtf < 1 ? "faster" : "slower",
+                it.frames ? 1000.0 * it.wall_s / it.frames : 0.0);
         fprintf(rep, "  SNR:              %.2f dB (output against the %d Hz mono input)\n",
                 it.snr_db, rate);
         if (output)
