@@ -7,6 +7,8 @@
  * tests/data/pocket/pocket_refs_seed0.safetensors: offline encode latents, offline and streaming
  * decode PCM, each within relative L2 1e-4. Also: the family is recognised, and the code API on
  * this model is a clear error.
+ *
+ * usage: test_pocket [CLIP]
  */
 #include <sys/stat.h>
 
@@ -169,8 +171,9 @@ int main(int argc, char **argv) {
     mkdir(MIMI_TEST_MODELS, 0755);
     struct mimi_model *m = load_model();
     test_wrong_api(m);
-    test_clip(m, "dev_sweep_noise");
-    test_clip(m, "dev_speech_en");
+    // one clip per run (argv[1]), both by default
+    if (argc < 2 || strcmp(argv[1], "dev_sweep_noise") == 0) test_clip(m, "dev_sweep_noise");
+    if (argc < 2 || strcmp(argv[1], "dev_speech_en") == 0) test_clip(m, "dev_speech_en");
     mimi_model_destroy(m);
     st_close(&refs);
     return test_summary();
