@@ -4,7 +4,7 @@
  * the slot-list checks behave as documented.
  */
 #include "mimi.h"
-#include "safetensors.h"
+#include "refs.h"
 #include "test.h"
 
 #define FRAME 1920
@@ -19,13 +19,7 @@ static void load_inputs(void) {
     int rc;
     model = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", NULL, &rc);
     if (!model) SKIP("no synthetic model: %s", mimi_strerror(rc));
-    struct st_file refs;
-    char err[256];
-    if (st_open(&refs, MIMI_TEST_DATA "/refs_seed0.safetensors", err, sizeof err)) exit(1);
-    const struct st_tensor *t = st_find(&refs, "dev_speech_en.pcm_in");
-    clip = malloc(sizeof(float) * t->n_elements);
-    if (st_to_f32(t, clip)) exit(1);
-    st_close(&refs);
+    clip = refs_clip_pcm("dev_speech_en", NULL);
 }
 
 // Slot s reads the clip from offset s * 7 frames, so every slot sees different audio.

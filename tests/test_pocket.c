@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "mimi.h"
-#include "safetensors.h"
+#include "refs.h"
 #include "synth.h"
 #include "test.h"
 
@@ -22,19 +22,7 @@
 
 static struct st_file refs;
 
-static float *ref(const char *clip, const char *what, int64_t *n) {
-    char name[128];
-    snprintf(name, sizeof name, "%s.%s", clip, what);
-    const struct st_tensor *t = st_find(&refs, name);
-    if (!t) {
-        fprintf(stderr, "missing reference %s\n", name);
-        exit(1);
-    }
-    float *out = malloc(sizeof(float) * t->n_elements);
-    if (!out || st_to_f32(t, out)) exit(1);
-    *n = t->n_elements;
-    return out;
-}
+static float *ref(const char *clip, const char *what, int64_t *n) { return refs_f32(&refs, clip, what, n); }
 
 // Every codec tensor of the Pocket table against the manifest: name, shape and sum.
 static void test_weights(void) {
@@ -162,11 +150,7 @@ static void test_clip(struct mimi_model *m, const char *clip) {
 
 int main(int argc, char **argv) {
     test_init(argc, argv);
-    char err[256];
-    if (st_open(&refs, MIMI_TEST_DATA "/pocket/pocket_refs_seed0.safetensors", err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
+    refs_open(&refs, "pocket/pocket_refs_seed0.safetensors");
     test_weights();
     mkdir(MIMI_TEST_MODELS, 0755);
     struct mimi_model *m = load_model();

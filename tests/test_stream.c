@@ -9,7 +9,7 @@
  *   consumed, the stream still usable.
  */
 #include "mimi.h"
-#include "safetensors.h"
+#include "refs.h"
 #include "test.h"
 
 #define FRAME 1920
@@ -23,14 +23,7 @@ static void load_inputs(void) {
     int rc;
     model = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", NULL, &rc);
     if (!model) SKIP("no synthetic model: %s", mimi_strerror(rc));
-    struct st_file refs;
-    char err[256];
-    if (st_open(&refs, MIMI_TEST_DATA "/refs_seed0.safetensors", err, sizeof err)) exit(1);
-    const struct st_tensor *t = st_find(&refs, "dev_sweep_noise.pcm_in");
-    clip_len = t->n_elements;
-    clip = malloc(sizeof(float) * clip_len);
-    if (st_to_f32(t, clip)) exit(1);
-    st_close(&refs);
+    clip = refs_clip_pcm("dev_sweep_noise", &clip_len);
 }
 
 static struct mimi_encoder *new_encoder(int n_q) {
