@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "audio.h"
+#include "codes_file.h"
 #include "mimi.h"
 #include "synth.h"
 
@@ -78,13 +79,53 @@ const char *cli_model_path(const struct opts *o);
 // Loads the model; on failure prints one line naming the file and the cause, returns NULL.
 struct mimi_model *cli_load_model(const char *path, int threads);
 
-// Loads a model that works with codes (not a continuous-latent one such as Pocket TTS's Mimi);
-// on failure prints one line and returns NULL.
-struct mimi_model *cli_load_codes_model(const char *path, int threads);
-
 // XXH64 of the model file as 16 hex digits, computed once (thread-safe). NULL after printing why
 // on failure.
 const char *cli_model_hash(const char *path);
+
+// ---- frames: codes or continuous latents, whichever the model makes ----
+//
+// The commands run one code path for both kinds of model: a frame is CLI_MAX_FRAME 4-byte
+// values at most, int32 codes (n_codebooks per frame) for a Mimi model with a quantizer, float
+// latents (latent_size per frame) for Pocket TTS's Mimi; the calls below pick the library's code
+// or *_latent function by the frame type.
+
+#define CLI_MAX_FRAME 4096
+
+union frame_buf {
+    int32_t codes[CLI_MAX_FRAME];
+    float latents[CLI_MAX_FRAME];
+};
+
+// The frame type of `model` in *type. --codebooks with a model that has no codebooks is a usage
+// error: prints it and returns 2; else returns 0.
+int cli_frame_type(const struct opts *o, const struct mimi_model *model, const char *path,
+                   enum frame_type *type);
+
+// "continuous latents, 32 floats x 12.5 Hz" for a model with latents.
+void cli_latents_desc(const struct mimi_model *model, char *buf, size_t len);
+
+// The library's step, push, flush and offline calls for frames of `type` (same contracts).
+int cli_encoder_step(struct mimi_encoder *enc, enum frame_type type, const float *pcm,
+                     void *frame);
+int cli_encoder_push(struct mimi_encoder *enc, enum frame_type type, const float *pcm,
+                     size_t n_samples, void *frames, int max_frames);
+int cli_encoder_flush(struct mimi_encoder *enc, enum frame_type type, void *frames,
+                      int max_frames);
+int cli_decoder_step(struct mimi_decoder *dec, enum frame_type type, const void *frame,
+                     float *pcm);
+// Offline: frames are row-major [values per frame][n_frames], as in codes files.
+int64_t cli_encode_offline(const struct mimi_model *model, const struct mimi_stream_params *sp,
+                           enum frame_type type, const float *pcm, int64_t n_samples,
+                           void *frames, int64_t max_values);
+int64_t cli_decode_offline(const struct mimi_model *model, const struct mimi_stream_params *sp,
+                           enum frame_type type, const void *frames, int64_t n_frames,
+                           float *pcm, int64_t max_samples);
+
+// Checks the n values of one frame before decoding: codes in [0, card), latents finite.
+// Returns 0, or MIMI_EINVAL with "frame F: ..." naming the value in err.
+int cli_frame_check(enum frame_type type, const void *frame, int n, int card, int64_t f,
+                    char *err, size_t errlen);
 
 // ---- work items: one input file each ----
 
@@ -93,8 +134,9 @@ struct item {
     char output[4096];          // "" when there is none
     int ok;
     char error[1024];           // the reason when !ok
-    int64_t frames, samples;    // codes frames; audio samples at the model's rate
+    int64_t frames, samples;    // codes or latents frames; audio samples at the model's rate
     int n_codebooks;
+    int latent_size;            // > 0: the frames are latents of this many floats (no codes)
     double audio_s, wall_s;
     int in_rate, in_channels;   // encode: the input audio's; decode: 0
     char in_format[48];

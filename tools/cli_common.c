@@ -1,6 +1,6 @@
 /*
- * cli_common.c - messages, the model, output planning, worker threads, the progress bar and the
- * JSON summary of the `mimi` command (see cli.h).
+ * cli_common.c - messages, the model, frames (codes or latents), output planning, worker
+ * threads, the progress bar and the JSON summary of the `mimi` command (see cli.h).
  */
 #include "cli.h"
 
@@ -164,17 +164,6 @@ struct mimi_model *cli_load_model(const char *path, int threads) {
     return model;
 }
 
-struct mimi_model *cli_load_codes_model(const char *path, int threads) {
-    struct mimi_model *model = cli_load_model(path, threads);
-    if (model && mimi_model_latent_size(model) > 0) {
-        cli_fail(path, "is a %s model with continuous latents, not codes; this command needs a "
-                 "Mimi model with a quantizer", mimi_model_family(model));
-        mimi_model_destroy(model);
-        model = NULL;
-    }
-    return model;
-}
-
 const char *cli_model_hash(const char *path) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static char hex[17];
@@ -187,6 +176,82 @@ const char *cli_model_hash(const char *path) {
     }
     pthread_mutex_unlock(&lock);
     return state > 0 ? hex : NULL;
+}
+
+// ---- frames ----
+
+int cli_frame_type(const struct opts *o, const struct mimi_model *model, const char *path,
+                   enum frame_type *type) {
+    int latent = mimi_model_latent_size(model);
+    *type = latent > 0 ? FRAME_LATENTS : FRAME_CODES;
+    if (latent > 0 && o->codebooks)
+        return cli_usage_error(o->cmd, "--codebooks does not apply to %s: a %s model has no "
+                               "codebooks, its frames are %d continuous floats", path,
+                               mimi_model_family(model), latent);
+    return 0;
+}
+
+void cli_latents_desc(const struct mimi_model *model, char *buf, size_t len) {
+    snprintf(buf, len, "continuous latents, %d floats x %g Hz", mimi_model_latent_size(model),
+             (double)mimi_model_sample_rate(model) / mimi_model_frame_size(model));
+}
+
+int cli_encoder_step(struct mimi_encoder *enc, enum frame_type type, const float *pcm,
+                     void *frame) {
+    return type == FRAME_LATENTS ? mimi_encoder_step_latent(enc, pcm, frame)
+                                 : mimi_encoder_step(enc, pcm, frame);
+}
+
+int cli_encoder_push(struct mimi_encoder *enc, enum frame_type type, const float *pcm,
+                     size_t n_samples, void *frames, int max_frames) {
+    return type == FRAME_LATENTS ? mimi_encoder_push_latent(enc, pcm, n_samples, frames, max_frames)
+                                 : mimi_encoder_push(enc, pcm, n_samples, frames, max_frames);
+}
+
+int cli_encoder_flush(struct mimi_encoder *enc, enum frame_type type, void *frames,
+                      int max_frames) {
+    return type == FRAME_LATENTS ? mimi_encoder_flush_latent(enc, frames, max_frames)
+                                 : mimi_encoder_flush(enc, frames, max_frames);
+}
+
+int cli_decoder_step(struct mimi_decoder *dec, enum frame_type type, const void *frame,
+                     float *pcm) {
+    return type == FRAME_LATENTS ? mimi_decoder_step_latent(dec, frame, pcm)
+                                 : mimi_decoder_step(dec, frame, pcm);
+}
+
+int64_t cli_encode_offline(const struct mimi_model *model, const struct mimi_stream_params *sp,
+                           enum frame_type type, const float *pcm, int64_t n_samples,
+                           void *frames, int64_t max_values) {
+    return type == FRAME_LATENTS
+               ? mimi_encode_offline_latent(model, sp, pcm, n_samples, frames, max_values)
+               : mimi_encode_offline(model, sp, pcm, n_samples, frames, max_values);
+}
+
+int64_t cli_decode_offline(const struct mimi_model *model, const struct mimi_stream_params *sp,
+                           enum frame_type type, const void *frames, int64_t n_frames,
+                           float *pcm, int64_t max_samples) {
+    return type == FRAME_LATENTS
+               ? mimi_decode_offline_latent(model, sp, frames, n_frames, pcm, max_samples)
+               : mimi_decode_offline(model, sp, frames, n_frames, pcm, max_samples);
+}
+
+int cli_frame_check(enum frame_type type, const void *frame, int n, int card, int64_t f,
+                    char *err, size_t errlen) {
+    for (int q = 0; q < n; q++) {
+        if (type == FRAME_LATENTS) {
+            float v = ((const float *)frame)[q];
+            if (!isfinite(v))
+                return cli_err(err, errlen, MIMI_EINVAL, "frame %lld: latent value %d is not a "
+                               "finite number (%s)", (long long)f, q, isnan(v) ? "nan" : "inf");
+        } else {
+            int32_t v = ((const int32_t *)frame)[q];
+            if (v < 0 || v >= card)
+                return cli_err(err, errlen, MIMI_EINVAL, "frame %lld: code %ld at codebook %d is "
+                               "out of range [0, %d)", (long long)f, (long)v, q, card);
+        }
+    }
+    return 0;
 }
 
 // ---- outputs ----
@@ -451,8 +516,9 @@ void json_summary(const struct opts *o, const struct item *items, int n, double 
             printf(", \"error\": ");
             json_str(it->error);
         } else {
-            printf(", \"frames\": %lld, \"codebooks\": %d, \"samples\": %lld, \"audio_seconds\": ",
-                   (long long)it->frames, it->n_codebooks, (long long)it->samples);
+            printf(", \"frames\": %lld, \"%s\": %d, \"samples\": %lld, \"audio_seconds\": ",
+                   (long long)it->frames, it->latent_size ? "latent_size" : "codebooks",
+                   it->latent_size ? it->latent_size : it->n_codebooks, (long long)it->samples);
             json_num(it->audio_s);
             printf(", \"wall_seconds\": ");
             json_num(it->wall_s);

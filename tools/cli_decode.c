@@ -1,13 +1,17 @@
 /*
- * cli_decode.c - `mimi decode`: codes in (.npy, .safetensors, or a live frame stream on standard
+ * cli_decode.c - `mimi decode`: frames in (.npy, .safetensors, or a live frame stream on standard
  * input), audio out (WAV, FLAC, Ogg Vorbis, Ogg/Opus, MP3, float .npy, or PCM on standard output).
+ * Frames are codes for a Mimi model, continuous latents for Pocket TTS's Mimi; one code path
+ * serves both, and a file of the other kind is refused.
  *
- * A codes file is checked whole before any audio is made: its shape against the model, the
- * metadata a .safetensors file carries (rates, sizes, the model hash) and the range of every code.
- * Frames then go through a decoder one at a time and each frame's samples go to the output as
- * they come (resampled with --rate). A frame stream is checked frame by frame as it arrives. The
- * audio is trimmed to the length the encoder recorded (metadata n_samples) when it is known.
+ * A file is checked whole before any audio is made: its kind and shape against the model, the
+ * metadata a .safetensors file carries (rates, sizes, the model hash) and every value (codes in
+ * range, latents finite). Frames then go through a decoder one at a time and each frame's
+ * samples go to the output as they come (resampled with --rate). A frame stream is checked frame
+ * by frame as it arrives. The audio is trimmed to the length the encoder recorded (metadata
+ * n_samples) when it is known.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +26,12 @@ struct dec_ctx {
     const struct mimi_model *model;
     const char *model_path;
     struct item *items;
+    enum frame_type type;  // what the model decodes
+    int latent;            // latents: floats per frame
     int fs, rate, card, max_q;
 };
 
-// ---- checks of a codes file ----
+// ---- checks of a codes or latents file ----
 
 // The metadata value of `key` as an integer, or -1 when absent or not a number.
 static long long meta_int(const struct codes *c, const char *key) {
@@ -36,44 +42,104 @@ static long long meta_int(const struct codes *c, const char *key) {
     return *end ? -1 : n;
 }
 
-// Checks a codes file against the model. Returns 0 or 1 (the item failed, message printed).
-static int check_codes(struct dec_ctx *x, struct item *it, const struct codes *c) {
-    const char *in = it->input, *v;
+// Checks the values of a codes file: shape against the model and --codebooks, every code in
+// range. Returns 0 or 1 (the item failed, message printed).
+static int check_code_values(struct dec_ctx *x, struct item *it, const struct codes *c) {
+    const char *in = it->input;
     long long n;
-    if (c->n_codebooks == 0 || c->n_frames == 0) {
-        item_fail(it, in, "no codes (shape (%d, %lld))", c->n_codebooks, (long long)c->n_frames);
-        return 1;
-    }
-    if ((v = codes_meta_get(&c->meta, "format")) && strcmp(v, "mimi-codes")) {
-        item_fail(it, in, "not Mimi codes (metadata format '%s')", v);
-        return 1;
-    }
-    if ((n = meta_int(c, "sample_rate")) >= 0 && n != x->rate) {
-        item_fail(it, in, "the codes are for %lld Hz audio, the model makes %d Hz", n, x->rate);
-        return 1;
-    }
-    if ((n = meta_int(c, "frame_size")) >= 0 && n != x->fs) {
-        item_fail(it, in, "the codes have %lld samples per frame, the model %d", n, x->fs);
-        return 1;
-    }
-    if ((v = codes_meta_get(&c->meta, "frame_rate")) && atof(v) != (double)x->rate / x->fs) {
-        item_fail(it, in, "the codes are at %s frames per second, the model at %g", v,
-                  (double)x->rate / x->fs);
-        return 1;
-    }
     if ((n = meta_int(c, "codebook_size")) >= 0 && n != x->card) {
         item_fail(it, in, "the codes are for codebooks of %lld entries, the model's have %d", n,
                   x->card);
         return 1;
     }
-    if ((n = meta_int(c, "n_codebooks")) >= 0 && n != c->n_codebooks) {
-        item_fail(it, in, "the metadata says %lld codebooks, the codes tensor has %d", n,
-                  c->n_codebooks);
+    if ((n = meta_int(c, "n_codebooks")) >= 0 && n != c->rows) {
+        item_fail(it, in, "the metadata says %lld codebooks, the codes tensor has %d", n, c->rows);
         return 1;
     }
-    if (c->n_codebooks > x->max_q) {
+    if (c->rows > x->max_q) {
         item_fail(it, in, "has %d codebooks, the model has at most %d (is the array [codebooks, "
-                  "frames]?)", c->n_codebooks, x->max_q);
+                  "frames]?)", c->rows, x->max_q);
+        return 1;
+    }
+    const int32_t *d = codes_i32(c);
+    for (int64_t i = 0; i < (int64_t)c->rows * c->n_frames; i++) {
+        if (d[i] < 0 || d[i] >= x->card) {
+            item_fail(it, in, "code %ld at codebook %lld, frame %lld is out of range [0, %d)",
+                      (long)d[i], (long long)(i / c->n_frames), (long long)(i % c->n_frames),
+                      x->card);
+            return 1;
+        }
+    }
+    int nq = x->o->codebooks ? x->o->codebooks : c->rows;
+    if (nq > c->rows) {
+        item_fail(it, in, "has %d codebooks, --codebooks %d asks for more", c->rows, nq);
+        return 1;
+    }
+    return 0;
+}
+
+// The same for a latents file: its size against the model's, every value finite.
+static int check_latent_values(struct dec_ctx *x, struct item *it, const struct codes *c) {
+    const char *in = it->input;
+    long long n;
+    if ((n = meta_int(c, "latent_size")) >= 0 && n != c->rows) {
+        item_fail(it, in, "the metadata says latents of %lld floats, the latents tensor has %d "
+                  "rows", n, c->rows);
+        return 1;
+    }
+    if (c->rows != x->latent) {
+        item_fail(it, in, "has latents of %d floats, the model's have %d (is the array [%d, "
+                  "frames]?)", c->rows, x->latent, x->latent);
+        return 1;
+    }
+    const float *d = codes_f32(c);
+    for (int64_t i = 0; i < (int64_t)c->rows * c->n_frames; i++) {
+        if (!isfinite(d[i])) {
+            item_fail(it, in, "latent value %lld of frame %lld is not a finite number (%s)",
+                      (long long)(i / c->n_frames), (long long)(i % c->n_frames),
+                      isnan(d[i]) ? "nan" : "inf");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// Checks a codes or latents file against the model. Returns 0 or 1 (the item failed, message
+// printed).
+static int check_codes(struct dec_ctx *x, struct item *it, const struct codes *c) {
+    const char *in = it->input, *v;
+    const char *what = frame_type_name(c->type);
+    long long n;
+    if (c->type == FRAME_CODES && x->type == FRAME_LATENTS) {
+        item_fail(it, in, "holds Mimi codes, but %s is a %s model with continuous latents: decode "
+                  "codes with a Mimi model", x->model_path, mimi_model_family(x->model));
+        return 1;
+    }
+    if (c->type == FRAME_LATENTS && x->type == FRAME_CODES) {
+        item_fail(it, in, "holds continuous latents (%d floats per frame), but %s is a Mimi model "
+                  "with codes: decode latents with a Pocket TTS model", c->rows, x->model_path);
+        return 1;
+    }
+    if (c->rows == 0 || c->n_frames == 0) {
+        item_fail(it, in, "no %s (shape (%d, %lld))", what, c->rows, (long long)c->n_frames);
+        return 1;
+    }
+    const char *format = c->type == FRAME_LATENTS ? "mimi-latents" : "mimi-codes";
+    if ((v = codes_meta_get(&c->meta, "format")) && strcmp(v, format)) {
+        item_fail(it, in, "not Mimi %s (metadata format '%s')", what, v);
+        return 1;
+    }
+    if ((n = meta_int(c, "sample_rate")) >= 0 && n != x->rate) {
+        item_fail(it, in, "the %s are for %lld Hz audio, the model makes %d Hz", what, n, x->rate);
+        return 1;
+    }
+    if ((n = meta_int(c, "frame_size")) >= 0 && n != x->fs) {
+        item_fail(it, in, "the %s have %lld samples per frame, the model %d", what, n, x->fs);
+        return 1;
+    }
+    if ((v = codes_meta_get(&c->meta, "frame_rate")) && atof(v) != (double)x->rate / x->fs) {
+        item_fail(it, in, "the %s are at %s frames per second, the model at %g", what, v,
+                  (double)x->rate / x->fs);
         return 1;
     }
     if ((v = codes_meta_get(&c->meta, "model_xxh64")) && !x->o->any_model) {
@@ -89,20 +155,7 @@ static int check_codes(struct dec_ctx *x, struct item *it, const struct codes *c
             return 1;
         }
     }
-    for (int64_t i = 0; i < (int64_t)c->n_codebooks * c->n_frames; i++) {
-        if (c->data[i] < 0 || c->data[i] >= x->card) {
-            item_fail(it, in, "code %ld at codebook %lld, frame %lld is out of range [0, %d)",
-                      (long)c->data[i], (long long)(i / c->n_frames),
-                      (long long)(i % c->n_frames), x->card);
-            return 1;
-        }
-    }
-    int nq = x->o->codebooks ? x->o->codebooks : c->n_codebooks;
-    if (nq > c->n_codebooks) {
-        item_fail(it, in, "has %d codebooks, --codebooks %d asks for more", c->n_codebooks, nq);
-        return 1;
-    }
-    return 0;
+    return c->type == FRAME_CODES ? check_code_values(x, it, c) : check_latent_values(x, it, c);
 }
 
 // ---- one input ----
@@ -132,22 +185,24 @@ static void decode_item(void *ctx, int i) {
     int rc = 0, e = 0;
     if (!it->ok || item_interrupted(it)) goto done;
     int64_t limit = -1;
-    int nq = o->codebooks ? o->codebooks : 8;
+    int latents = x->type == FRAME_LATENTS;
+    int nq = latents ? x->latent : o->codebooks ? o->codebooks : 8;  // values per frame
     if (from_stdin) {
         if (!(reader = malloc(sizeof *reader))) {
             rc = cli_err(err, sizeof err, MIMI_ENOMEM, "out of memory");
             goto done;
         }
-        codes_reader_init(reader, 0, o->text, nq, "stdin");
+        codes_reader_init(reader, 0, o->text, x->type, nq, "stdin");
     } else {
         if ((rc = codes_read(it->input, &c, err, sizeof err))) goto done;
         if (check_codes(x, it, &c)) goto done;
-        nq = o->codebooks ? o->codebooks : c.n_codebooks;
+        if (!latents) nq = o->codebooks ? o->codebooks : c.rows;
         long long n = meta_int(&c, "n_samples");
         if (n >= 0 && n <= c.n_frames * x->fs) limit = n;
     }
-    it->n_codebooks = nq;
-    if (nq > x->max_q) {
+    it->n_codebooks = latents ? 0 : nq;
+    it->latent_size = latents ? nq : 0;
+    if (!latents && nq > x->max_q) {
         rc = cli_err(err, sizeof err, MIMI_EINVAL, "--codebooks %d: the model has %d", nq, x->max_q);
         goto done;
     }
@@ -162,16 +217,16 @@ static void decode_item(void *ctx, int i) {
     int64_t frames = from_stdin ? -1 : c.n_frames;
     int64_t n_pcm = o->offline ? frames * x->fs : x->fs;
     if (o->offline && from_stdin) {
-        rc = cli_err(err, sizeof err, MIMI_EINVAL, "--offline needs a codes file, not a stream");
+        rc = cli_err(err, sizeof err, MIMI_EINVAL, "--offline needs a %s file, not a stream",
+                     frame_type_name(x->type));
         goto done;
     }
     if (!(pcm = malloc((size_t)n_pcm * sizeof *pcm))) {
         rc = cli_err(err, sizeof err, MIMI_ENOMEM, "out of memory");
         goto done;
     }
-    if (o->offline) {
-        int32_t *cm = c.data;  // the first nq rows of the codebook-major array
-        int64_t r = mimi_decode_offline(x->model, &sp, cm, frames, pcm, n_pcm);
+    if (o->offline) {  // the first nq rows of the row-major array
+        int64_t r = cli_decode_offline(x->model, &sp, x->type, c.data, frames, pcm, n_pcm);
         if (r != n_pcm) {
             rc = r < 0 ? (int)r : MIMI_ESTATE;
             snprintf(err, sizeof err, "decoding failed: %s", mimi_strerror(rc));
@@ -186,31 +241,23 @@ static void decode_item(void *ctx, int i) {
         snprintf(err, sizeof err, "cannot create a decoder: %s", mimi_strerror(e));
         goto done;
     }
-    int32_t codes[4096];
+    union frame_buf frame;
     for (int64_t f = 0; !rc && (frames < 0 || f < frames); f++) {
         if (fd_interrupted) {
             rc = cli_err(err, sizeof err, MIMI_EIO, "interrupted after %lld frames", (long long)f);
             break;
         }
         if (reader) {
-            int r = codes_reader_next(reader, codes, err, sizeof err);
+            int r = codes_reader_next(reader, &frame, err, sizeof err);
             if (r <= 0) {
                 rc = r;
                 break;
             }
-            for (int q = 0; q < nq; q++) {
-                if (codes[q] < 0 || codes[q] >= x->card) {
-                    rc = MIMI_EINVAL;
-                    snprintf(err, sizeof err, "frame %lld: code %ld at codebook %d is out of "
-                             "range [0, %d)", (long long)f, (long)codes[q], q, x->card);
-                    break;
-                }
-            }
-            if (rc) break;
+            if ((rc = cli_frame_check(x->type, &frame, nq, x->card, f, err, sizeof err))) break;
         } else {
-            for (int q = 0; q < nq; q++) codes[q] = c.data[q * frames + f];
+            codes_frame(&c, f, nq, &frame);
         }
-        int r = mimi_decoder_step(dec, codes, pcm);
+        int r = cli_decoder_step(dec, x->type, &frame, pcm);
         if (r < 0) {
             const char *m = mimi_decoder_errmsg(dec);
             snprintf(err, sizeof err, "decoding failed at frame %lld: %s", (long long)f,
@@ -225,7 +272,7 @@ static void decode_item(void *ctx, int i) {
 finish:
     if (!rc && it->frames == 0) {
         rc = MIMI_EINVAL;
-        snprintf(err, sizeof err, "no codes in the input");
+        snprintf(err, sizeof err, "no %s in the input", frame_type_name(x->type));
     }
     if (!rc) {
         it->clipped = audio_sink_clipped(sink);
@@ -293,9 +340,17 @@ int cmd_decode(const struct opts *o) {
     int rc = plan_outputs(o, items, o->raw ? ".raw" : audio_out_ext(kind), mpath);
     if (!rc && o->n_inputs == 1 && !items[0].ok) rc = 1;
     struct mimi_model *model = NULL;
-    if (!rc && !(model = cli_load_codes_model(mpath, o->threads))) rc = 1;
+    if (!rc && !(model = cli_load_model(mpath, o->threads))) rc = 1;
+    enum frame_type type = FRAME_CODES;
+    if (!rc) rc = cli_frame_type(o, model, mpath, &type);
+    if (!rc && mimi_model_latent_size(model) > CLI_MAX_FRAME) {
+        cli_fail(mpath, "latents of %d floats are more than this command handles",
+                 mimi_model_latent_size(model));
+        rc = 1;
+    }
     if (!rc) {
         struct dec_ctx x = {.o = o, .model = model, .model_path = mpath, .items = items,
+                            .type = type, .latent = mimi_model_latent_size(model),
                             .fs = mimi_model_frame_size(model),
                             .rate = mimi_model_sample_rate(model),
                             .card = mimi_model_codebook_size(model),

@@ -1,13 +1,14 @@
 /*
  * cli_encode.c - `mimi encode`: audio in (files of any format, rate and channel count, or PCM on
- * standard input), codes out (.npy, .safetensors with metadata, or a live frame stream).
+ * standard input), frames out (.npy, .safetensors with metadata, or a live frame stream): codes
+ * with a Mimi model, continuous latents with Pocket TTS's Mimi, through the same code.
  *
  * Each input is read as a stream: blocks of one frame (1920 samples at 24 kHz after downmix and
- * resampling) go through an encoder as they arrive, and with a frame-stream output each frame's
- * codes are written as soon as the frame is complete. Codes files are collected in memory (they
- * are small: 8 codebooks x 12.5 frames x 4 bytes = 400 bytes per second) and written atomically
- * at the end. Several inputs are spread over --jobs threads, each with its own encoder; the model
- * is shared.
+ * resampling) go through an encoder as they arrive, and with a frame-stream output each frame is
+ * written as soon as it is complete. Files are collected in memory (they are small: 8 codebooks
+ * or 32 floats x 12.5 frames x 4 bytes = 400 or 1600 bytes per second) and written atomically at
+ * the end. Several inputs are spread over --jobs threads, each with its own encoder; the model is
+ * shared.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,48 +25,53 @@ struct enc_ctx {
     const struct mimi_model *model;
     const char *model_path;
     struct item *items;
-    int nq, fs, rate, stream_out;
+    enum frame_type type;  // codes or latents
+    int nq;                // values per frame: codebooks, or the latent size
+    int fs, rate, stream_out;
 };
 
-// ---- codes output: a codes file collected in memory, or a frame stream on stdout ----
+// ---- output: a codes or latents file collected in memory, or a frame stream on stdout ----
 
 struct codes_out {
     int stream;
-    int32_t *frames;  // frame-major, files only
+    char *frames;  // frame-major 4-byte values, files only
     int64_t n, cap;
 };
 
-static int codes_out_put(struct codes_out *c, const struct enc_ctx *x, const int32_t *codes,
+static int codes_out_put(struct codes_out *c, const struct enc_ctx *x, const void *frame,
                          char *err, size_t errlen) {
-    if (c->stream) return codes_stream_put(1, x->o->text, codes, x->nq, "stdout", err, errlen);
+    if (c->stream)
+        return codes_stream_put(1, x->o->text, x->type, frame, x->nq, "stdout", err, errlen);
     if (c->n == c->cap) {
         int64_t cap = c->cap ? 2 * c->cap : 1024;
-        int32_t *p = realloc(c->frames, (size_t)cap * (size_t)x->nq * sizeof *p);
+        char *p = realloc(c->frames, (size_t)cap * (size_t)x->nq * 4);
         if (!p) return cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
         c->frames = p;
         c->cap = cap;
     }
-    memcpy(c->frames + c->n * x->nq, codes, (size_t)x->nq * sizeof *codes);
+    memcpy(c->frames + (size_t)(c->n * x->nq) * 4, frame, (size_t)x->nq * 4);
     c->n++;
     return 0;
 }
 
-// Writes a collected codes file with its metadata. Returns 0 or a code (reason in err).
+// Writes a collected file with its metadata. Returns 0 or a code (reason in err).
 static int codes_out_finish(struct codes_out *c, const struct enc_ctx *x, const struct item *it,
                             char *err, size_t errlen) {
     if (c->stream) return 0;
     int nq = x->nq;
-    int32_t *cm = malloc((size_t)(c->n ? c->n : 1) * (size_t)nq * sizeof *cm);
+    char *cm = malloc((size_t)(c->n ? c->n : 1) * (size_t)nq * 4);  // row-major [nq][n]
     if (!cm) return cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
     for (int64_t f = 0; f < c->n; f++)
-        for (int q = 0; q < nq; q++) cm[q * c->n + f] = c->frames[f * nq + q];
+        for (int q = 0; q < nq; q++)
+            memcpy(cm + 4 * (q * c->n + f), c->frames + 4 * (f * nq + q), 4);
     struct codes_meta meta = {0};
     int rc = 0;
     if (codes_kind_from_path(it->output) == CODES_SAFETENSORS) {
         const char *hash = cli_model_hash(x->model_path);
         char v[64];
         const char *base = strrchr(it->input, '/');
-        codes_meta_set(&meta, "format", "mimi-codes");
+        int latents = x->type == FRAME_LATENTS;
+        codes_meta_set(&meta, "format", latents ? "mimi-latents" : "mimi-codes");
         codes_meta_set(&meta, "format_version", "1");
         snprintf(v, sizeof v, "%d", x->rate);
         codes_meta_set(&meta, "sample_rate", v);
@@ -74,20 +80,23 @@ static int codes_out_finish(struct codes_out *c, const struct enc_ctx *x, const 
         snprintf(v, sizeof v, "%d", x->fs);
         codes_meta_set(&meta, "frame_size", v);
         snprintf(v, sizeof v, "%d", nq);
-        codes_meta_set(&meta, "n_codebooks", v);
-        snprintf(v, sizeof v, "%d", mimi_model_codebook_size(x->model));
-        codes_meta_set(&meta, "codebook_size", v);
+        codes_meta_set(&meta, latents ? "latent_size" : "n_codebooks", v);
+        if (!latents) {
+            snprintf(v, sizeof v, "%d", mimi_model_codebook_size(x->model));
+            codes_meta_set(&meta, "codebook_size", v);
+        }
         snprintf(v, sizeof v, "%lld", (long long)it->samples);
         codes_meta_set(&meta, "n_samples", v);
         if (hash) codes_meta_set(&meta, "model_xxh64", hash);
         else rc = cli_err(err, errlen, MIMI_EIO, "%s: cannot hash the model", x->model_path);
         codes_meta_set(&meta, "model_naming", mimi_model_naming(x->model));
+        codes_meta_set(&meta, "model_family", mimi_model_family(x->model));
         codes_meta_set(&meta, "mode", x->o->offline ? "offline" : "streaming");
         if (strcmp(it->input, "-")) codes_meta_set(&meta, "source", base ? base + 1 : it->input);
         snprintf(v, sizeof v, "libmimi %s", mimi_version_string());
         codes_meta_set(&meta, "encoder", v);
     }
-    if (!rc) rc = codes_write(it->output, cm, nq, c->n, &meta, err, errlen);
+    if (!rc) rc = codes_write(it->output, x->type, cm, nq, c->n, &meta, err, errlen);
     free(cm);
     return rc;
 }
@@ -103,8 +112,8 @@ static int encode_streaming(struct enc_ctx *x, struct item *it, struct audio_src
     sp.n_codebooks = x->nq;
     struct mimi_encoder *enc = mimi_encoder_create(x->model, &sp, &e);
     float *pcm = malloc((size_t)fs * sizeof *pcm);
-    int32_t codes[4096];
-    if (!enc || !pcm) {
+    union frame_buf *frame = malloc(sizeof *frame);
+    if (!enc || !pcm || !frame) {
         rc = e ? e : MIMI_ENOMEM;
         snprintf(err, errlen, "cannot create an encoder: %s", mimi_strerror(rc));
     }
@@ -122,10 +131,10 @@ static int encode_streaming(struct enc_ctx *x, struct item *it, struct audio_src
         }
         if (n == 0) break;
         it->samples += n;
-        int r = n == fs ? mimi_encoder_step(enc, pcm, codes) : 0;
+        int r = n == fs ? cli_encoder_step(enc, x->type, pcm, frame) : 0;
         if (n < fs) {  // the last, partial frame: zero-padded by flush
-            r = mimi_encoder_push(enc, pcm, (size_t)n, codes, 1);
-            if (r == 0) r = mimi_encoder_flush(enc, codes, 1);
+            r = cli_encoder_push(enc, x->type, pcm, (size_t)n, frame, 1);
+            if (r == 0) r = cli_encoder_flush(enc, x->type, frame, 1);
             if (r == 1) r = 0;
             else if (r >= 0) r = MIMI_ESTATE;
         }
@@ -135,13 +144,14 @@ static int encode_streaming(struct enc_ctx *x, struct item *it, struct audio_src
             rc = r;
             break;
         }
-        rc = codes_out_put(out, x, codes, err, errlen);
+        rc = codes_out_put(out, x, frame, err, errlen);
         it->frames++;
         if (info->frames > 0)
             progress_set(progress_slot(), (double)audio_src_position(src) / (double)info->frames);
     }
     mimi_encoder_destroy(enc);
     free(pcm);
+    free(frame);
     return rc;
 }
 
@@ -149,10 +159,11 @@ static int encode_streaming(struct enc_ctx *x, struct item *it, struct audio_src
 static int encode_offline(struct enc_ctx *x, struct item *it, struct audio_src *src,
                           struct codes_out *out, char *err, size_t errlen) {
     float *pcm = NULL;
-    int32_t *cm = NULL;
+    char *cm = NULL;  // row-major [nq][frames] codes or latents
+    union frame_buf *frame = malloc(sizeof *frame);
     int64_t n = 0, cap = 0, got;
-    int rc = 0;
-    do {
+    int rc = frame ? 0 : cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
+    while (!rc) {
         if (n + x->fs > cap) {
             cap = cap ? 2 * cap : 16 * x->fs;
             float *p = realloc(pcm, (size_t)cap * sizeof *p);
@@ -166,9 +177,10 @@ static int encode_offline(struct enc_ctx *x, struct item *it, struct audio_src *
         got = audio_src_read(src, pcm + n, x->fs, err, errlen);
         if (got < 0) rc = (int)got;
         else n += got;
-    } while (!rc && got == x->fs);
+        if (got != x->fs) break;
+    }
     int64_t frames = n ? mimi_frames_for_samples(x->model, n) : 0;
-    if (!rc && !(cm = malloc((size_t)(frames ? frames : 1) * (size_t)x->nq * sizeof *cm))) {
+    if (!rc && !(cm = malloc((size_t)(frames ? frames : 1) * (size_t)x->nq * 4))) {
         rc = MIMI_ENOMEM;
         snprintf(err, errlen, "out of memory");
     }
@@ -176,21 +188,22 @@ static int encode_offline(struct enc_ctx *x, struct item *it, struct audio_src *
         struct mimi_stream_params sp;
         mimi_stream_params_default(&sp);
         sp.n_codebooks = x->nq;
-        int64_t r = mimi_encode_offline(x->model, &sp, pcm, n, cm, frames * x->nq);
+        int64_t r = cli_encode_offline(x->model, &sp, x->type, pcm, n, cm, frames * x->nq);
         if (r != frames) {
             rc = r < 0 ? (int)r : MIMI_ESTATE;
             snprintf(err, errlen, "encoding failed: %s", mimi_strerror(rc));
         }
     }
-    int32_t codes[4096];
     for (int64_t f = 0; !rc && f < frames; f++) {
-        for (int q = 0; q < x->nq; q++) codes[q] = cm[q * frames + f];
-        rc = codes_out_put(out, x, codes, err, errlen);
+        for (int q = 0; q < x->nq; q++)
+            memcpy((char *)frame + 4 * q, cm + 4 * (q * frames + f), 4);
+        rc = codes_out_put(out, x, frame, err, errlen);
     }
     it->samples = n;
     it->frames = frames;
     free(cm);
     free(pcm);
+    free(frame);
     return rc;
 }
 
@@ -222,7 +235,8 @@ static void encode_item(void *ctx, int i) {
     if (!rc) rc = codes_out_finish(&out, x, it, err, sizeof err);
     it->wall_s = cli_now() - t0;
     it->audio_s = (double)it->samples / x->rate;
-    it->n_codebooks = x->nq;
+    it->n_codebooks = x->type == FRAME_CODES ? x->nq : 0;
+    it->latent_size = x->type == FRAME_LATENTS ? x->nq : 0;
 done:
     if (rc) item_fail(it, name, "%s", err);
     else if (it->ok)
@@ -254,12 +268,12 @@ int cmd_encode(const struct opts *o) {
     }
     if (!stream_out && !is_dir_path(output) && o->n_inputs == 1 &&
         codes_kind_from_path(output) == CODES_NONE && !same_file(output, o->inputs[0]))
-        return cli_usage_error(o->cmd, "cannot tell the codes format of '%s': name it .npy or "
+        return cli_usage_error(o->cmd, "cannot tell the file format of '%s': name it .npy or "
                                ".safetensors, or use -o - for a frame stream", output);
     if (stream_out && o->json)
-        return cli_usage_error(o->cmd, "--json prints on stdout, which carries the codes here");
+        return cli_usage_error(o->cmd, "--json prints on stdout, which carries the frames here");
     if (stream_out && !o->text && isatty(1))
-        return cli_usage_error(o->cmd, "refusing to write binary codes to a terminal: redirect "
+        return cli_usage_error(o->cmd, "refusing to write binary frames to a terminal: redirect "
                                "or pipe stdout, or add --text");
     const char *mpath = cli_model_path(o);
     if (!mpath) return 2;
@@ -275,14 +289,19 @@ int cmd_encode(const struct opts *o) {
     int rc = plan_outputs(&po, items, ext, mpath);
     if (!rc && o->n_inputs == 1 && !items[0].ok) rc = 1;
     struct mimi_model *model = NULL;
-    if (!rc && !(model = cli_load_codes_model(mpath, o->threads))) rc = 1;
+    if (!rc && !(model = cli_load_model(mpath, o->threads))) rc = 1;
     struct enc_ctx x = {.o = &po, .model = model, .model_path = mpath, .items = items,
                         .stream_out = stream_out};
+    if (!rc) rc = cli_frame_type(o, model, mpath, &x.type);
     if (!rc) {
-        x.nq = o->codebooks ? o->codebooks : 8;
+        x.nq = x.type == FRAME_LATENTS ? mimi_model_latent_size(model)
+                                       : o->codebooks ? o->codebooks : 8;
         x.fs = mimi_model_frame_size(model);
         x.rate = mimi_model_sample_rate(model);
-        if (x.nq > mimi_model_max_codebooks(model) || x.nq > 4096) {
+        if (x.nq > CLI_MAX_FRAME) {
+            cli_fail(mpath, "%d values per frame is more than this command handles", x.nq);
+            rc = 1;
+        } else if (x.type == FRAME_CODES && x.nq > mimi_model_max_codebooks(model)) {
             cli_fail(mpath, "has %d codebooks, --codebooks %d asks for more",
                      mimi_model_max_codebooks(model), x.nq);
             rc = 1;

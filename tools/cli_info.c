@@ -1,10 +1,12 @@
 /*
  * cli_info.c - `mimi info FILE...`: what a file is and what it holds.
  *
- * A model (.safetensors without a "codes" tensor): naming scheme, tensor dtypes, geometry,
- * parameter count, file size and XXH64. A codes file (.npy, or .safetensors with "codes"): shape,
- * dtype, duration, bitrate and metadata. Anything else libsndfile reads: format, rate, channels,
- * length. Human-readable on stdout, or one JSON array with --json.
+ * A model (.safetensors without a "codes" or "latents" tensor): naming scheme, family, tensor
+ * dtypes, geometry, parameter count, file size and XXH64. A codes file (.npy, or .safetensors with
+ * "codes"): shape, dtype, duration, bitrate, code range and metadata. A latents file (float .npy,
+ * or .safetensors with "latents"): shape, dtype, duration, value range and metadata. Anything
+ * else libsndfile reads: format, rate, channels, length. Human-readable on stdout, or one JSON
+ * array with --json.
  */
 #include <errno.h>
 #include <math.h>
@@ -107,11 +109,13 @@ static int info_model(struct out *w, const char *path, struct st_file *f, int fi
     snprintf(t, sizeof t, "%d samples (%g ms, %g frames/s)", fs, 1000.0 * fs / rate,
              (double)rate / fs);
     field_n(w, "frame_size", v, t);
-    snprintf(v, sizeof v, "%d", nq);
-    field_n(w, "codebooks", v, v);
-    snprintf(v, sizeof v, "%d", card);
-    snprintf(t, sizeof t, "%d entries (%g bits)", card, log2((double)card));
-    field_n(w, "codebook_size", v, t);
+    if (mimi_model_latent_size(model) == 0) {
+        snprintf(v, sizeof v, "%d", nq);
+        field_n(w, "codebooks", v, v);
+        snprintf(v, sizeof v, "%d", card);
+        snprintf(t, sizeof t, "%d entries (%g bits)", card, log2((double)card));
+        field_n(w, "codebook_size", v, t);
+    }
     snprintf(v, sizeof v, "%lld", (long long)mimi_model_parameter_count(model));
     field_n(w, "parameters", v, v);
     snprintf(v, sizeof v, "%d", f->n_tensors);
@@ -130,7 +134,7 @@ static int info_model(struct out *w, const char *path, struct st_file *f, int fi
     return 0;
 }
 
-// ---- codes ----
+// ---- codes and latents ----
 
 static int info_codes(struct out *w, const char *path, int first) {
     struct codes c;
@@ -139,33 +143,63 @@ static int info_codes(struct out *w, const char *path, int first) {
         cli_fail(path, "%s", err);
         return 1;
     }
-    begin(w, path, c.kind == CODES_NPY ? "codes (.npy)" : "codes (.safetensors)", first);
-    snprintf(v, sizeof v, "[%d, %lld]", c.n_codebooks, (long long)c.n_frames);
-    snprintf(t, sizeof t, "[%d, %lld] (codebooks, frames)", c.n_codebooks, (long long)c.n_frames);
+    int latents = c.type == FRAME_LATENTS;
+    snprintf(v, sizeof v, "%s (%s)", frame_type_name(c.type),
+             c.kind == CODES_NPY ? ".npy" : ".safetensors");
+    begin(w, path, v, first);
+    snprintf(v, sizeof v, "[%d, %lld]", c.rows, (long long)c.n_frames);
+    snprintf(t, sizeof t, "[%d, %lld] (%s, frames)", c.rows, (long long)c.n_frames,
+             latents ? "latent size" : "codebooks");
     field_n(w, "shape", v, t);
     field_s(w, "dtype", c.dtype);
     const char *fr = codes_meta_get(&c.meta, "frame_rate");
     double rate = fr ? atof(fr) : 12.5;
     double card = codes_meta_get(&c.meta, "codebook_size") ? atof(codes_meta_get(&c.meta, "codebook_size")) : 2048;
     const char *ns = codes_meta_get(&c.meta, "n_samples"), *sr = codes_meta_get(&c.meta, "sample_rate");
-    if (rate > 0 && card > 1) {
+    if (rate > 0 && (latents || card > 1)) {
         double d = ns && sr && atof(sr) > 0 ? atof(ns) / atof(sr) : (double)c.n_frames / rate;
         snprintf(v, sizeof v, "%.3f", d);
         snprintf(t, sizeof t, "%.2f s (%lld frames at %g frames/s%s)", d, (long long)c.n_frames,
                  rate, fr ? "" : ", assumed");
         field_n(w, "duration", v, t);
-        double bits = log2(card) * c.n_codebooks * rate;
-        snprintf(v, sizeof v, "%.0f", bits);
-        snprintf(t, sizeof t, "%.0f bit/s", bits);
-        field_n(w, "bitrate", v, t);
+        if (!latents) {
+            double bits = log2(card) * c.rows * rate;
+            snprintf(v, sizeof v, "%.0f", bits);
+            snprintf(t, sizeof t, "%.0f bit/s", bits);
+            field_n(w, "bitrate", v, t);
+        }
     }
-    int32_t lo = 0, hi = 0;
-    for (int64_t i = 0; i < (int64_t)c.n_codebooks * c.n_frames; i++) {
-        if (i == 0 || c.data[i] < lo) lo = c.data[i];
-        if (i == 0 || c.data[i] > hi) hi = c.data[i];
+    int64_t count = (int64_t)c.rows * c.n_frames;
+    if (latents) {  // the range of the finite values, and how many are not
+        const float *d = codes_f32(&c);
+        double lo = 0, hi = 0;
+        int64_t bad = 0, seen = 0;
+        for (int64_t i = 0; i < count; i++) {
+            if (!isfinite(d[i])) {
+                bad++;
+                continue;
+            }
+            if (seen == 0 || d[i] < lo) lo = d[i];
+            if (seen++ == 0 || d[i] > hi) hi = d[i];
+        }
+        snprintf(v, sizeof v, "[%.6g, %.6g]", lo, hi);
+        field_n(w, "value_range", v, v);
+        if (bad) {
+            snprintf(v, sizeof v, "%lld", (long long)bad);
+            snprintf(t, sizeof t, "%lld (NaN or infinite; `mimi decode` refuses them)",
+                     (long long)bad);
+            field_n(w, "non_finite", v, t);
+        }
+    } else {
+        const int32_t *d = codes_i32(&c);
+        int32_t lo = 0, hi = 0;
+        for (int64_t i = 0; i < count; i++) {
+            if (i == 0 || d[i] < lo) lo = d[i];
+            if (i == 0 || d[i] > hi) hi = d[i];
+        }
+        snprintf(v, sizeof v, "[%ld, %ld]", (long)lo, (long)hi);
+        field_n(w, "code_range", v, v);
     }
-    snprintf(v, sizeof v, "[%ld, %ld]", (long)lo, (long)hi);
-    field_n(w, "code_range", v, v);
     if (w->json && c.meta.n) {
         printf(", \"metadata\": {");
         for (int i = 0; i < c.meta.n; i++) {
@@ -238,7 +272,8 @@ static int info_one(struct out *w, const char *path, int first) {
             cli_fail(path, "a broken safetensors file: %s", err);
             return 1;
         }
-        int rc = st_find(&f, "codes") ? info_codes(w, path, first) : info_model(w, path, &f, first);
+        int rc = st_find(&f, "codes") || st_find(&f, "latents") ? info_codes(w, path, first)
+                                                                : info_model(w, path, &f, first);
         st_close(&f);
         return rc;
     }

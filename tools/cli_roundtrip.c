@@ -1,7 +1,9 @@
 /*
  * cli_roundtrip.c - `mimi roundtrip`: encode and decode in one pass, frame by frame, and report
  * what the codec did: duration, bitrate, real-time factor and the SNR of the output against the
- * input (after the input's downmix and resampling to the model's rate).
+ * input (after the input's downmix and resampling to the model's rate). With a model that has
+ * continuous latents (Pocket TTS's Mimi) the frames are latents and the bitrate line describes
+ * them instead.
  *
  * The report goes to standard output (or stderr when the decoded audio itself goes there).
  * SNR = 10 log10(sum x^2 / sum (x - y)^2) over the input's samples, with x the 24 kHz mono input
@@ -18,8 +20,9 @@
 #include "fdio.h"
 
 // Runs source -> encoder -> decoder -> sink (may be NULL). Returns 0 or a code (reason in err).
-static int roundtrip(const struct mimi_model *model, int nq, struct audio_src *src,
-                     struct audio_sink *sink, struct item *it, char *err, size_t errlen) {
+static int roundtrip(const struct mimi_model *model, enum frame_type type, int nq,
+                     struct audio_src *src, struct audio_sink *sink, struct item *it, char *err,
+                     size_t errlen) {
     int fs = mimi_model_frame_size(model), e = 0, rc = 0;
     struct mimi_stream_params sp;
     mimi_stream_params_default(&sp);
@@ -27,7 +30,7 @@ static int roundtrip(const struct mimi_model *model, int nq, struct audio_src *s
     struct mimi_encoder *enc = mimi_encoder_create(model, &sp, &e);
     struct mimi_decoder *dec = enc ? mimi_decoder_create(model, &sp, &e) : NULL;
     float *x = calloc((size_t)fs, sizeof *x), *y = malloc((size_t)fs * sizeof *y);
-    int32_t codes[4096];
+    union frame_buf frame;
     if (!enc || !dec || !x || !y) {
         rc = e ? e : MIMI_ENOMEM;
         snprintf(err, errlen, "cannot create the codec: %s", mimi_strerror(rc));
@@ -46,10 +49,10 @@ static int roundtrip(const struct mimi_model *model, int nq, struct audio_src *s
             break;
         }
         for (int64_t i = n; i < fs; i++) x[i] = 0.0f;  // the last frame, zero-padded
-        int r = mimi_encoder_step(enc, x, codes);
+        int r = cli_encoder_step(enc, type, x, &frame);
         const char *m = r < 0 ? mimi_encoder_errmsg(enc) : "";
         if (r >= 0) {
-            r = mimi_decoder_step(dec, codes, y);
+            r = cli_decoder_step(dec, type, &frame, y);
             if (r < 0) m = mimi_decoder_errmsg(dec);
         }
         if (r < 0) {
@@ -98,14 +101,21 @@ int cmd_roundtrip(const struct opts *o) {
         if (plan_outputs(&po, &it, ".wav", mpath)) return 1;
         if (!it.ok) return 1;
     }
-    struct mimi_model *model = cli_load_codes_model(mpath, o->threads);
+    struct mimi_model *model = cli_load_model(mpath, o->threads);
     if (!model) return 1;
-    int nq = o->codebooks ? o->codebooks : 8, rate = mimi_model_sample_rate(model);
+    enum frame_type type;
+    int rc = cli_frame_type(o, model, mpath, &type);
+    if (rc) {
+        mimi_model_destroy(model);
+        return rc;
+    }
+    int latent = mimi_model_latent_size(model);
+    int nq = latent ? latent : o->codebooks ? o->codebooks : 8;
+    int rate = mimi_model_sample_rate(model);
     struct audio_src *src = NULL;
     struct audio_sink *sink = NULL;
     char err[1400] = "";
-    int rc = 0;
-    if (nq > mimi_model_max_codebooks(model)) {
+    if (nq > CLI_MAX_FRAME || (!latent && nq > mimi_model_max_codebooks(model))) {
         rc = MIMI_EINVAL;
         snprintf(err, sizeof err, "%s: has %d codebooks, --codebooks %d asks for more", mpath,
                  mimi_model_max_codebooks(model), nq);
@@ -132,19 +142,20 @@ int cmd_roundtrip(const struct opts *o) {
     double t0 = cli_now();
     if (!rc) {
         progress_begin("roundtrip", 1, 1, o->quiet || strcmp(input, "-") == 0);
-        rc = roundtrip(model, nq, src, sink, &it, err, sizeof err);
+        rc = roundtrip(model, type, nq, src, sink, &it, err, sizeof err);
         progress_end();
     }
     it.wall_s = cli_now() - t0;
     it.audio_s = (double)it.samples / rate;
-    it.n_codebooks = nq;
+    it.n_codebooks = latent ? 0 : nq;
+    it.latent_size = latent;
     if (!rc && sink) {
         it.clipped = audio_sink_clipped(sink);
         rc = audio_sink_close(sink, err, sizeof err);
         sink = NULL;
     }
-    it.bitrate = log2((double)mimi_model_codebook_size(model)) * nq * rate /
-                 mimi_model_frame_size(model);
+    it.bitrate = latent ? NAN : log2((double)mimi_model_codebook_size(model)) * nq * rate /
+                                    mimi_model_frame_size(model);
     if (rc) {
         item_fail(&it, name, "%s", err);
     } else if (o->json) {
@@ -161,8 +172,13 @@ int cmd_roundtrip(const struct opts *o) {
         fprintf(rep, "%s: %.2f s of audio (%d Hz %s%s), %lld frames\n", name, it.audio_s,
                 it.in_rate, cli_channels_name(it.in_channels, ch, sizeof ch), conv,
                 (long long)it.frames);
-        fprintf(rep, "  bitrate:          %.0f bit/s (%g bits x %d codebooks x %g frames/s)\n",
-                bits, log2((double)mimi_model_codebook_size(model)), nq, fr);
+        char desc[96];
+        cli_latents_desc(model, desc, sizeof desc);
+        if (latent)
+            fprintf(rep, "  frames:           %s\n", desc);
+        else
+            fprintf(rep, "  bitrate:          %.0f bit/s (%g bits x %d codebooks x %g frames/s)\n",
+                    bits, log2((double)mimi_model_codebook_size(model)), nq, fr);
         fprintf(rep, "  real-time factor: %.3f (%.2fx %s than real time), %.1f ms per frame\n",
                 rtf, rtf > 0 && rtf < 1 ? 1 / rtf : rtf, rtf < 1 ? "faster" : "slower",
                 it.frames ? 1000.0 * it.wall_s / it.frames : 0.0);

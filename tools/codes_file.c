@@ -1,6 +1,6 @@
 /*
- * codes_file.c - codes files (.npy, .safetensors with metadata), frame streams and the model
- * file hash (see codes_file.h).
+ * codes_file.c - codes and latents files (.npy, .safetensors with metadata), frame streams and
+ * the model file hash (see codes_file.h).
  *
  * The safetensors reader is src/safetensors.c (bounded, distrusting); it has already checked that
  * the metadata is one flat {"string": "string"} object when the small parser here walks it.
@@ -219,7 +219,11 @@ static void json_put(char *out, size_t len, const char *s) {
     out[k] = '\0';
 }
 
-// ---- codes files ----
+// ---- codes and latents files ----
+
+const char *frame_type_name(enum frame_type type) {
+    return type == FRAME_LATENTS ? "latents" : "codes";
+}
 
 enum codes_kind codes_kind_from_path(const char *path) {
     size_t n = strlen(path);
@@ -228,12 +232,26 @@ enum codes_kind codes_kind_from_path(const char *path) {
     return CODES_NONE;
 }
 
+const int32_t *codes_i32(const struct codes *c) {
+    return c->type == FRAME_CODES ? (const int32_t *)c->data : NULL;
+}
+
+const float *codes_f32(const struct codes *c) {
+    return c->type == FRAME_LATENTS ? (const float *)c->data : NULL;
+}
+
+void codes_frame(const struct codes *c, int64_t f, int rows, void *frame) {
+    const char *src = c->data;
+    for (int q = 0; q < rows; q++)
+        memcpy((char *)frame + 4 * q, src + 4 * ((int64_t)q * c->n_frames + f), 4);
+}
+
 void codes_free(struct codes *c) {
     free(c->data);
     c->data = NULL;
 }
 
-// The dtype of a .npy file, from its header text.
+// The dtype of a .npy file, from its header text ("" when it names none of those read here).
 static void npy_dtype(const char *path, char out[8]) {
     char head[256] = "";
     FILE *f = fopen(path, "rb");
@@ -244,7 +262,43 @@ static void npy_dtype(const char *path, char out[8]) {
             if (!head[i]) head[i] = ' ';
         fclose(f);
     }
-    snprintf(out, 8, "%s", strstr(head, "<i2") ? "int16" : strstr(head, "<i8") ? "int64" : "int32");
+    static const char *const names[][2] = {{"<i2", "int16"}, {"<i4", "int32"}, {"<i8", "int64"},
+                                           {"<f4", "float32"}, {"<f8", "float64"}};
+    out[0] = '\0';
+    for (int i = 0; i < 5; i++)
+        if (strstr(head, names[i][0])) snprintf(out, 8, "%s", names[i][1]);
+}
+
+static int read_npy(const char *path, struct codes *c, char *errbuf, size_t errlen) {
+    int64_t shape[NPY_MAX_DIMS] = {0};
+    int rc;
+    npy_dtype(path, c->dtype);
+    if (c->dtype[0] == 'f') {
+        int n_dims = 0;
+        float *data = NULL;
+        if ((rc = npy_read_f32(path, &data, &n_dims, shape, errbuf, errlen))) return rc;
+        c->data = data;
+        c->type = FRAME_LATENTS;
+        if (n_dims != 2) {
+            codes_free(c);
+            return fail(errbuf, errlen, MIMI_EFORMAT, "%s: a %d-D float array, expected latents "
+                        "of shape [latent size, frames]", path, n_dims);
+        }
+    } else {
+        int32_t *data = NULL;
+        if ((rc = npy_read_i32_2d(path, &data, shape, errbuf, errlen))) return rc;
+        c->data = data;
+        c->type = FRAME_CODES;
+    }
+    if (shape[0] > 1 << 20) {
+        codes_free(c);
+        return fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld rows is not a %s array", path,
+                    (long long)shape[0], frame_type_name(c->type));
+    }
+    c->rows = (int)shape[0];
+    c->n_frames = shape[1];
+    c->kind = CODES_NPY;
+    return 0;
 }
 
 static int read_st(const char *path, struct codes *c, char *errbuf, size_t errlen) {
@@ -257,31 +311,39 @@ static int read_st(const char *path, struct codes *c, char *errbuf, size_t errle
         return fail(errbuf, errlen, rc, "%s: %s", path, why);
     }
     const struct st_tensor *t = st_find(&f, "codes");
+    c->type = FRAME_CODES;
+    if (!t && (t = st_find(&f, "latents"))) c->type = FRAME_LATENTS;
+    const char *name = frame_type_name(c->type);
+    int is_float = t && (t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 ||
+                         t->dtype == ST_F64);
+    int is_int = t && (t->dtype == ST_I16 || t->dtype == ST_I32 || t->dtype == ST_I64);
     if (!t) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT,
-                  "%s: not a codes file (no tensor \"codes\"; %d other tensors: a model?)", path,
-                  f.n_tensors);
+        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a codes file (no tensor \"codes\" or "
+                  "\"latents\"; %d other tensors: a model?)", path, f.n_tensors);
     } else if (t->n_dims != 2) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"codes\" has %d dimensions, expected 2",
-                  path, t->n_dims);
-    } else if (t->dtype != ST_I16 && t->dtype != ST_I32 && t->dtype != ST_I64) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"codes\" is %s, expected I16 or I32",
-                  path, st_dtype_name(t->dtype));
-    } else if (!(c->data = malloc(t->n_elements ? (size_t)t->n_elements * sizeof *c->data : 1))) {
+        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"%s\" has %d dimensions, expected 2",
+                  path, name, t->n_dims);
+    } else if (c->type == FRAME_CODES ? !is_int : !is_float) {
+        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"%s\" is %s, expected %s", path,
+                  name, st_dtype_name(t->dtype), c->type == FRAME_CODES ? "I16 or I32" : "F32");
+    } else if (!(c->data = malloc(t->n_elements ? (size_t)t->n_elements * 4 : 1))) {
         rc = fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
-    } else if (st_to_i32(t, c->data)) {
+    } else if (c->type == FRAME_CODES ? st_to_i32(t, c->data) : st_to_f32(t, c->data)) {
         rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: a code does not fit in 32 bits", path);
     } else if (t->shape[0] > 1 << 20) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld codebooks is not a codes array", path,
-                  (long long)t->shape[0]);
+        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld rows is not a %s array", path,
+                  (long long)t->shape[0], name);
     } else if (f.metadata_json && parse_meta(f.metadata_json, &c->meta)) {
         rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: unreadable metadata", path);
     } else {
-        c->n_codebooks = (int)t->shape[0];
+        c->rows = (int)t->shape[0];
         c->n_frames = t->shape[1];
         c->kind = CODES_SAFETENSORS;
-        snprintf(c->dtype, sizeof c->dtype, "%s",
-                 t->dtype == ST_I16 ? "int16" : t->dtype == ST_I32 ? "int32" : "int64");
+        static const char *const names[] = {[ST_I16] = "int16", [ST_I32] = "int32",
+                                            [ST_I64] = "int64", [ST_F32] = "float32",
+                                            [ST_F16] = "float16", [ST_BF16] = "bfloat16",
+                                            [ST_F64] = "float64"};
+        snprintf(c->dtype, sizeof c->dtype, "%s", names[t->dtype] ? names[t->dtype] : "?");
     }
     if (rc) codes_free(c);
     st_close(&f);
@@ -298,21 +360,7 @@ int codes_read(const char *path, struct codes *c, char *errbuf, size_t errlen) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return fail(errbuf, errlen, MIMI_EIO, "%s: is a directory", path);
-    if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) {
-        int64_t shape[2];
-        int rc = npy_read_i32_2d(path, &c->data, shape, errbuf, errlen);
-        if (rc) return rc;
-        if (shape[0] > 1 << 20) {
-            codes_free(c);
-            return fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld codebooks is not a codes array",
-                        path, (long long)shape[0]);
-        }
-        c->n_codebooks = (int)shape[0];
-        c->n_frames = shape[1];
-        c->kind = CODES_NPY;
-        npy_dtype(path, c->dtype);
-        return 0;
-    }
+    if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return read_npy(path, c, errbuf, errlen);
     // safetensors: an 8-byte little-endian header length, then a JSON object
     if (got >= 9 && magic[8] == '{' && rd64(magic) < (uint64_t)st.st_size)
         return read_st(path, c, errbuf, errlen);
@@ -320,13 +368,19 @@ int codes_read(const char *path, struct codes *c, char *errbuf, size_t errlen) {
                 path);
 }
 
-int codes_write(const char *path, const int32_t *data, int n_codebooks, int64_t n_frames,
-                const struct codes_meta *meta, char *errbuf, size_t errlen) {
+int codes_write(const char *path, enum frame_type type, const void *data, int rows,
+                int64_t n_frames, const struct codes_meta *meta, char *errbuf, size_t errlen) {
     enum codes_kind kind = codes_kind_from_path(path);
-    if (kind == CODES_NPY) return npy_write_i32_2d(path, data, n_codebooks, n_frames, errbuf, errlen);
+    if (kind == CODES_NPY) {
+        if (type == FRAME_CODES)
+            return npy_write_i32_2d(path, data, rows, n_frames, errbuf, errlen);
+        int64_t shape[2] = {rows, n_frames};
+        return npy_write_f32(path, data, 2, shape, errbuf, errlen);
+    }
     if (kind != CODES_SAFETENSORS)
-        return fail(errbuf, errlen, MIMI_EINVAL, "%s: name codes files .npy or .safetensors", path);
-    size_t n = (size_t)n_codebooks * (size_t)n_frames;
+        return fail(errbuf, errlen, MIMI_EINVAL, "%s: name %s files .npy or .safetensors", path,
+                    frame_type_name(type));
+    size_t n = (size_t)rows * (size_t)n_frames;
     uint8_t *le = malloc(n ? n * 4 : 1);
     char *json = malloc(CODES_MAX_META * 700 + 8);
     if (!le || !json) {
@@ -334,8 +388,11 @@ int codes_write(const char *path, const int32_t *data, int n_codebooks, int64_t 
         free(json);
         return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     }
-    for (size_t i = 0; i < n; i++)
-        for (int b = 0; b < 4; b++) le[4 * i + (size_t)b] = (uint8_t)((uint32_t)data[i] >> (8 * b));
+    for (size_t i = 0; i < n; i++) {  // int32 or float32: 4 bytes, little-endian
+        uint32_t u;
+        memcpy(&u, (const char *)data + 4 * i, 4);
+        for (int b = 0; b < 4; b++) le[4 * i + (size_t)b] = (uint8_t)(u >> (8 * b));
+    }
     strcpy(json, "{");
     for (int i = 0; meta && i < meta->n; i++) {
         if (i) strcat(json, ",");
@@ -344,8 +401,9 @@ int codes_write(const char *path, const int32_t *data, int n_codebooks, int64_t 
         json_put(json, CODES_MAX_META * 700, meta->value[i]);
     }
     strcat(json, "}");
-    struct st_write_tensor t = {.name = "codes", .dtype = ST_I32, .n_dims = 2,
-                                .shape = {n_codebooks, n_frames}, .data = le};
+    struct st_write_tensor t = {.name = frame_type_name(type),
+                                .dtype = type == FRAME_CODES ? ST_I32 : ST_F32, .n_dims = 2,
+                                .shape = {rows, n_frames}, .data = le};
     char why[1024];
     int rc = st_write(path, &t, 1, json, why, sizeof why);
     if (rc) {
@@ -360,28 +418,36 @@ int codes_write(const char *path, const int32_t *data, int n_codebooks, int64_t 
 
 // ---- frame streams ----
 
-int codes_stream_put(int fd, int text, const int32_t *codes, int n, const char *name,
-                     char *errbuf, size_t errlen) {
-    char buf[16 * 1024];
+int codes_stream_put(int fd, int text, enum frame_type type, const void *frame, int n,
+                     const char *name, char *errbuf, size_t errlen) {
+    char buf[64 * 1024];
     size_t k = 0;
-    if (text) {
-        for (int q = 0; q < n && k + 16 < sizeof buf; q++)
-            k += (size_t)snprintf(buf + k, sizeof buf - k, q ? " %ld" : "%ld", (long)codes[q]);
-        buf[k++] = '\n';
-    } else {
-        for (int q = 0; q < n && k + 4 <= sizeof buf; q++)
-            for (int b = 0; b < 4; b++) buf[k++] = (char)(uint8_t)((uint32_t)codes[q] >> (8 * b));
+    for (int q = 0; q < n && k + 32 <= sizeof buf; q++) {
+        if (text && type == FRAME_CODES) {
+            k += (size_t)snprintf(buf + k, sizeof buf - k, q ? " %ld" : "%ld",
+                                  (long)((const int32_t *)frame)[q]);
+        } else if (text) {  // 9 significant digits read back as the same float
+            k += (size_t)snprintf(buf + k, sizeof buf - k, q ? " %.9g" : "%.9g",
+                                  (double)((const float *)frame)[q]);
+        } else {  // int32 or float32: 4 bytes, little-endian
+            uint32_t u;
+            memcpy(&u, (const char *)frame + 4 * q, 4);
+            for (int b = 0; b < 4; b++) buf[k++] = (char)(uint8_t)(u >> (8 * b));
+        }
     }
+    if (text) buf[k++] = '\n';
     if (fd_write_full(fd, buf, k) != 0)
         return fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", name,
                     errno == EPIPE ? "broken pipe: the reader went away" : strerror(errno));
     return 0;
 }
 
-void codes_reader_init(struct codes_reader *r, int fd, int text, int n, const char *name) {
+void codes_reader_init(struct codes_reader *r, int fd, int text, enum frame_type type, int n,
+                       const char *name) {
     memset(r, 0, offsetof(struct codes_reader, buf));
     r->fd = fd;
     r->text = text;
+    r->type = type;
     r->n = n;
     snprintf(r->name, sizeof r->name, "%s", name);
 }
@@ -418,11 +484,13 @@ static int next_line(struct codes_reader *r, char **line, char *errbuf, size_t e
     }
 }
 
-int codes_reader_next(struct codes_reader *r, int32_t *codes, char *errbuf, size_t errlen) {
+int codes_reader_next(struct codes_reader *r, void *frame, char *errbuf, size_t errlen) {
+    int latents = r->type == FRAME_LATENTS;
     if (!r->text) {
         uint8_t bytes[4096 * 4];
         size_t want = (size_t)r->n * 4;
-        if (want > sizeof bytes) return fail(errbuf, errlen, MIMI_EINVAL, "%s: too many codebooks", r->name);
+        if (want > sizeof bytes)
+            return fail(errbuf, errlen, MIMI_EINVAL, "%s: too many values per frame", r->name);
         ssize_t got = fd_read_full(r->fd, bytes, want);
         if (got < 0)
             return fail(errbuf, errlen, MIMI_EIO, "%s: %s", r->name,
@@ -430,9 +498,13 @@ int codes_reader_next(struct codes_reader *r, int32_t *codes, char *errbuf, size
         if (got == 0) return 0;
         if ((size_t)got < want)
             return fail(errbuf, errlen, MIMI_EFORMAT,
-                        "%s: the input ends inside frame %lld (%zd of its %zu bytes; %d int32 codes "
-                        "per frame)", r->name, (long long)r->frame, got, want, r->n);
-        for (int q = 0; q < r->n; q++) codes[q] = (int32_t)rd32(bytes + 4 * q);
+                        "%s: the input ends inside frame %lld (%zd of its %zu bytes; %d %s per "
+                        "frame)", r->name, (long long)r->frame, got, want, r->n,
+                        latents ? "float32 latent values" : "int32 codes");
+        for (int q = 0; q < r->n; q++) {
+            uint32_t u = rd32(bytes + 4 * q);
+            memcpy((char *)frame + 4 * q, &u, 4);
+        }
         r->frame++;
         return 1;
     }
@@ -447,18 +519,30 @@ int codes_reader_next(struct codes_reader *r, int32_t *codes, char *errbuf, size
             while (*p == ' ' || *p == '\t' || *p == ',' || *p == '\r') p++;
             if (!*p) break;
             errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || v < INT32_MIN || v > INT32_MAX)
-                return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld: '%.20s' is not a code",
-                            r->name, (long long)r->line, p);
-            if (k < r->n) codes[k] = (int32_t)v;
+            if (latents) {
+                float v = strtof(p, &end);
+                if (end == p)
+                    return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld: '%.20s' is not a "
+                                "number", r->name, (long long)r->line, p);
+                if (k < r->n) ((float *)frame)[k] = v;
+            } else {
+                long v = strtol(p, &end, 10);
+                if (end == p || errno || v < INT32_MIN || v > INT32_MAX)
+                    return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld: '%.20s' is not a "
+                                "code", r->name, (long long)r->line, p);
+                if (k < r->n) ((int32_t *)frame)[k] = (int32_t)v;
+            }
             k++;
             p = end;
         }
         if (k == 0) continue;  // blank line
-        if (k != r->n)
+        if (k != r->n) {
+            if (latents)
+                return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld has %d values, expected "
+                            "%d (the model's latent size)", r->name, (long long)r->line, k, r->n);
             return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld has %d codes, expected %d "
                         "(--codebooks)", r->name, (long long)r->line, k, r->n);
+        }
         r->frame++;
         return 1;
     }
