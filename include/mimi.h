@@ -120,11 +120,43 @@ enum mimi_isa {
     MIMI_ISA_REFERENCE = 1,
 };
 
+/* Where a model's arithmetic runs (struct mimi_model_params.backend).
+ *
+ * MIMI_BACKEND_CPU runs every step on the host (see n_threads and isa).
+ * MIMI_BACKEND_CUDA runs every encoder, decoder and batch of the model on an NVIDIA GPU. The
+ * weights are uploaded once at load (the model keeps its host copy as well) and shared by all
+ * of them; each batch keeps its slots' streaming state (conv histories, transposed-conv tails,
+ * attention rings) in device memory and runs a step as one captured CUDA graph between one
+ * host-to-device and one device-to-host copy. Loading fails with MIMI_EUNSUPPORTED when the
+ * library was built without CUDA or the device does not exist, MIMI_EDEVICE on a device failure.
+ * Results agree with the CPU within the parity gates of the test suite, not bit for bit.
+ * MIMI_BACKEND_AUTO is the CPU in this version: a program gets a GPU only by asking for one, so
+ * its results never depend on the machine it happens to run on. Ask mimi_backend_available()
+ * first to choose. */
+enum mimi_backend {
+    MIMI_BACKEND_AUTO = 0,
+    MIMI_BACKEND_CPU = 1,
+    MIMI_BACKEND_CUDA = 2,
+};
+
+/* Arithmetic of the CUDA backend (struct mimi_model_params.precision; the CPU ignores it).
+ * STRICT: f32 everywhere; matrix products accumulate in f32 without TF32.
+ * FAST: matrix products on TF32 tensor cores (inputs rounded to a 10-bit mantissa, f32
+ * accumulation), everything else as STRICT. Faster with many streams, a little less faithful:
+ * the measured code agreement and PCM error are in bench/results/. */
+enum mimi_precision {
+    MIMI_PRECISION_STRICT = 0,
+    MIMI_PRECISION_FAST = 1,
+};
+
 struct mimi_model_params {
     int isa;            /* enum mimi_isa; default MIMI_ISA_AUTO */
     int n_threads;      /* worker threads for one step; default 1 */
     mimi_log_fn log;    /* optional; default NULL (silent) */
     void *log_user;     /* passed to `log` */
+    int backend;        /* enum mimi_backend; default MIMI_BACKEND_AUTO (the CPU) */
+    int device;         /* CUDA device index, 0 .. count - 1; default 0 */
+    int precision;      /* enum mimi_precision; default MIMI_PRECISION_STRICT */
 };
 
 /* Fills `params` with the defaults listed in struct mimi_model_params. */
@@ -185,6 +217,14 @@ MIMI_API int mimi_model_latent_size(const struct mimi_model *model);
 
 /* Number of weights (scalars) in the model as loaded. */
 MIMI_API int64_t mimi_model_parameter_count(const struct mimi_model *model);
+
+/* 1 when a model can be loaded with `backend` (enum mimi_backend) in this process: always for
+ * AUTO and CPU; for CUDA when the library was built with it and a CUDA device is present.
+ * 0 otherwise. Thread-safe. */
+MIMI_API int mimi_backend_available(int backend);
+
+/* "cpu" or "cuda": where the model's arithmetic runs. */
+MIMI_API const char *mimi_model_backend_name(const struct mimi_model *model);
 
 // ---- streams: an encoder or a decoder, one audio stream each ----
 
@@ -385,6 +425,66 @@ MIMI_API int mimi_batch_decode_latent(struct mimi_batch *batch, int n, const int
 
 /* The last error message recorded on this batch, or "". */
 MIMI_API const char *mimi_batch_errmsg(const struct mimi_batch *batch);
+
+// ---- asynchronous steps ----
+
+/* A step can be split in two: submit queues it and returns at once; collect waits for it and
+ * delivers what the synchronous call (mimi_batch_encode, mimi_batch_decode, ...) would have
+ * written. Between the two the caller may queue other GPU work (a language-model step) or do
+ * I/O while the codec runs. One step may be outstanding per batch: submit again only after
+ * collect (MIMI_ESTATE otherwise). Opening, closing or resetting slots in between applies after
+ * the submitted step. On the CPU backend, submit runs the whole step before it returns and
+ * collect only copies the result, so one program runs on both backends. Argument checks are
+ * those of the synchronous calls, made at submit; nothing advances when submit fails. */
+
+/* Queues one encode step (pcm as for mimi_batch_encode). Collect yields codes (n, n_codebooks)
+ * as int32, or latents (n, frame_dim) as float for a model without quantizer. */
+MIMI_API int mimi_batch_submit_encode(struct mimi_batch *batch, int n, const int *slots,
+                                      const float *pcm) MIMI_WARN_UNUSED;
+
+/* Queues one decode step from codes (n, n_codebooks) in host memory, all checked here.
+ * Collect yields pcm (n, frame_size) floats. */
+MIMI_API int mimi_batch_submit_decode(struct mimi_batch *batch, int n, const int *slots,
+                                      const int32_t *codes) MIMI_WARN_UNUSED;
+
+/* As mimi_batch_submit_decode for a model without quantizer: latents (n, frame_dim). */
+MIMI_API int mimi_batch_submit_decode_latent(struct mimi_batch *batch, int n, const int *slots,
+                                             const float *latents) MIMI_WARN_UNUSED;
+
+/* CUDA batches only: queues one decode step whose codes another component left in device
+ * memory (for example a language model's token buffer), with no host round trip. Code q of
+ * listed slot k is device_codes[offset + k * stride + q]; stride >= n_codebooks, offset >= 0.
+ * When `wait_stream` is not NULL it is a cudaStream_t of the caller: the step waits, on the
+ * device, for the work queued on it so far (the writer of the codes). The codes cannot be checked
+ * on the host: a slot given a code outside [0, codebook_size) does not advance, outputs zeros,
+ * and collect returns MIMI_EINVAL (the other slots advance normally). MIMI_EUNSUPPORTED on a
+ * CPU batch. */
+MIMI_API int mimi_batch_submit_decode_device(struct mimi_batch *batch, int n, const int *slots,
+                                             const int32_t *device_codes, int64_t offset,
+                                             int64_t stride, void *wait_stream) MIMI_WARN_UNUSED;
+
+/* Waits for the submitted step and writes its n rows to `output` (host memory): int32 codes,
+ * or float latents or pcm, as described at the submit calls. MIMI_ESTATE if nothing is
+ * outstanding, MIMI_EDEVICE on a device failure (the batch is then poisoned). */
+MIMI_API int mimi_batch_collect(struct mimi_batch *batch, void *output) MIMI_WARN_UNUSED;
+
+/* The cudaStream_t (as void *) a CUDA batch queues its steps on, for callers that order their
+ * own work after the codec's (cudaStreamWaitEvent); NULL for a CPU batch. */
+MIMI_API void *mimi_batch_cuda_stream(const struct mimi_batch *batch);
+
+/* Receives the time of one op of a profiled step: `op` is the kernel ("sgemm", "im2col",
+ * "attention", ...), `stage` the part of the codec ("enc.seanet", "dec.transformer", ...). */
+typedef void (*mimi_profile_fn)(void *user, const char *op, const char *stage,
+                                double microseconds);
+
+/* CUDA batches only: runs one ordinary step (it advances the slots like mimi_batch_encode or
+ * mimi_batch_decode; `input` and `output` are what those take, codes for a decode batch) with
+ * each op launched on its own between timing events instead of the captured graph, and reports
+ * every op to `fn` in execution order. Slower than a normal step; for finding where time goes.
+ * MIMI_EUNSUPPORTED on a CPU batch. */
+MIMI_API int mimi_batch_profile(struct mimi_batch *batch, int n, const int *slots,
+                                const void *input, void *output, mimi_profile_fn fn,
+                                void *user) MIMI_WARN_UNUSED;
 
 // ---- offline (whole-signal) helpers ----
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "gpu.h"
 #include "nn/ops.h"
 
 // ---- layout ----
@@ -60,6 +61,10 @@ static void layout(struct mimi_batch *b, struct arena *a) {
 }
 
 static void slot_reset(struct mimi_batch *b, int s) {
+    if (b->gpu) {
+        mimi_cuda_slot_reset(b, s);  // a failure poisons the batch: its next step reports it
+        return;
+    }
     const struct mimi_model *m = b->model;
     if (b->direction == MIMI_DIRECTION_ENCODE) {
         seanet_reset(&m->encoder, &b->enc[s].seanet);
@@ -101,6 +106,7 @@ struct mimi_batch *mimi_batch_create(const struct mimi_model *model,
                  model->quantizer.n_q);
         rc = MIMI_EINVAL;
     }
+    if (!rc && model->cuda) return mimi_cuda_batch_create(model, params, err);  // on the device
     struct mimi_batch *b = rc ? NULL : calloc(1, sizeof *b);
     if (!rc && !b) rc = MIMI_ENOMEM;
     if (b) {
@@ -133,6 +139,7 @@ struct mimi_batch *mimi_batch_create(const struct mimi_model *model,
 
 void mimi_batch_destroy(struct mimi_batch *b) {
     if (!b) return;
+    mimi_batch_backend_free(b);
     free(b->block);
     free(b);
 }
@@ -180,8 +187,9 @@ static void tap(const struct mimi_batch *b, const char *name, const float *data,
     if (b->tap) b->tap(b->tap_user, name, data, channels, steps);
 }
 
-void mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
-                                 int32_t *codes, float *latents) {
+int mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
+                                int32_t *codes, float *latents) {
+    if (b->gpu) return mimi_cuda_step(b, n, slots, pcm, codes ? (void *)codes : (void *)latents);
     const struct mimi_model *m = b->model;
     const int d = m->latent_dim, fd = m->frame_dim;
     int steps;
@@ -200,15 +208,17 @@ void mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, 
     tap(b, "latent", b->latent, fd, n);
     if (codes) {
         quantizer_encode(&m->quantizer, b->latent, n, b->n_codebooks, codes, b->q_work);
-        return;
+        return MIMI_OK;
     }
     // continuous latents: (fd, n) -> (n, fd)
     for (int c = 0; c < fd; c++)
         for (int k = 0; k < n; k++) latents[(size_t)k * fd + c] = b->latent[(size_t)c * n + k];
+    return MIMI_OK;
 }
 
-void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
-                                 const int32_t *codes, const float *latents, float *pcm) {
+int mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
+                                const int32_t *codes, const float *latents, float *pcm) {
+    if (b->gpu) return mimi_cuda_step(b, n, slots, codes ? (const void *)codes : (const void *)latents, pcm);
     const struct mimi_model *m = b->model;
     const int d = m->latent_dim, fd = m->frame_dim, steps = m->steps_per_frame;
     int T;
@@ -230,6 +240,7 @@ void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
     float *out = seanet_forward(&m->decoder, b->seanet_mems, n, &b->seanet_scratch, b->upsampled,
                                 steps, &T);
     memcpy(pcm, out, sizeof(float) * (size_t)n * m->frame_size);
+    return MIMI_OK;
 }
 
 int mimi_batch_check_kind(struct mimi_batch *b, int want_codes) {
@@ -288,6 +299,13 @@ static int step_checks(struct mimi_batch *b, int direction, int want_codes, int 
     return *rc != MIMI_OK || n == 0;
 }
 
+int mimi_batch_check_step(struct mimi_batch *b, int direction, int want_codes, int n,
+                          const int *slots, const void *input) {
+    int rc;
+    step_checks(b, direction, want_codes, n, slots, input, input, &rc);
+    return rc;
+}
+
 static int encode(struct mimi_batch *b, int n, const int *slots, const float *pcm, int want_codes,
                   int32_t *codes, float *latents) {
     int rc;
@@ -295,7 +313,7 @@ static int encode(struct mimi_batch *b, int n, const int *slots, const float *pc
                     want_codes ? (const void *)codes : (const void *)latents, &rc))
         return rc;
     rc = mimi_batch_check_finite(b, pcm, (size_t)n * b->model->frame_size, "sample");
-    if (rc == MIMI_OK) mimi_batch_encode_unchecked(b, n, slots, pcm, codes, latents);
+    if (rc == MIMI_OK) rc = mimi_batch_encode_unchecked(b, n, slots, pcm, codes, latents);
     return rc;
 }
 
@@ -328,7 +346,7 @@ int mimi_batch_decode(struct mimi_batch *b, int n, const int *slots, const int32
     int rc;
     if (step_checks(b, MIMI_DIRECTION_DECODE, 1, n, slots, codes, pcm, &rc)) return rc;
     rc = mimi_batch_check_codes(b, codes, n);
-    if (rc == MIMI_OK) mimi_batch_decode_unchecked(b, n, slots, codes, NULL, pcm);
+    if (rc == MIMI_OK) rc = mimi_batch_decode_unchecked(b, n, slots, codes, NULL, pcm);
     return rc;
 }
 
@@ -337,6 +355,6 @@ int mimi_batch_decode_latent(struct mimi_batch *b, int n, const int *slots, cons
     int rc;
     if (step_checks(b, MIMI_DIRECTION_DECODE, 0, n, slots, latents, pcm, &rc)) return rc;
     rc = mimi_batch_check_finite(b, latents, (size_t)n * b->model->frame_dim, "latent");
-    if (rc == MIMI_OK) mimi_batch_decode_unchecked(b, n, slots, NULL, latents, pcm);
+    if (rc == MIMI_OK) rc = mimi_batch_decode_unchecked(b, n, slots, NULL, latents, pcm);
     return rc;
 }

@@ -41,6 +41,8 @@ struct mimi_batch {
     float *latent;     // (latent_dim, capacity)
     float *upsampled;  // (latent_dim, capacity, steps_per_frame)
     float *q_work;
+    struct mimi_cuda_batch *gpu;     // the device side of a CUDA batch (src/cuda), NULL on the CPU
+    struct mimi_batch_async *async;  // a CPU batch's submitted step (backend.c), made on demand
 };
 
 // Records a message on the batch (mimi_batch_errmsg).
@@ -53,10 +55,11 @@ void mimi_batch_error(struct mimi_batch *b, const char *fmt, ...)
 // The step without argument checks: slots valid, open and distinct, inputs checked. A frame is
 // n_codebooks codes (models with a quantizer) or frame_dim floats (continuous latents): exactly
 // one of `codes` and `latents` is given, (n, n_codebooks) or (n, frame_dim), slot-major.
-void mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
-                                 int32_t *codes, float *latents);
-void mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
-                                 const int32_t *codes, const float *latents, float *pcm);
+// Returns MIMI_OK, or the failure of a CUDA batch's device (src/cuda).
+int mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, const float *pcm,
+                                int32_t *codes, float *latents);
+int mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
+                                const int32_t *codes, const float *latents, float *pcm);
 
 // MIMI_OK when the model has codes (want_codes = 1) or continuous latents (0); otherwise
 // MIMI_EUNSUPPORTED with a message saying which API to use.
@@ -67,5 +70,13 @@ int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, cons
 
 // Checks codes (n frames of n_codebooks) against the codebook size; records the first bad one.
 int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n_frames);
+
+// The argument checks of a step (slot list, model kind, input given) without running it:
+// MIMI_OK when it may run. For the asynchronous entry points (backend.c).
+int mimi_batch_check_step(struct mimi_batch *b, int direction, int want_codes, int n,
+                          const int *slots, const void *input);
+
+// Frees what a backend attached to the batch: the CUDA side, a CPU batch's submit buffer.
+void mimi_batch_backend_free(struct mimi_batch *b);
 
 #endif

@@ -78,6 +78,8 @@ struct quantizer {
     float *norms;                       // (n_q, bins), squared norm of each entry
 };
 
+struct mimi_cuda_model;  // a model's weights on a CUDA device (src/cuda/runtime.h)
+
 struct mimi_model {
     struct st_file file;
     const char *naming;   // "kyutai", "huggingface" or "pocket-tts"
@@ -101,6 +103,9 @@ struct mimi_model {
     void *log_user;
     int isa;
     int n_threads;
+    int backend;                   // enum mimi_backend in use: MIMI_BACKEND_CPU or MIMI_BACKEND_CUDA
+    int device, precision;         // CUDA device index, enum mimi_precision
+    struct mimi_cuda_model *cuda;  // the weights on the device (src/cuda), NULL on the CPU
 };
 
 // ---- loading (model.c) ----

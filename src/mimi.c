@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "gpu.h"
 
 // ---- library ----
 
@@ -34,6 +35,9 @@ void mimi_model_params_default(struct mimi_model_params *params) {
     memset(params, 0, sizeof *params);
     params->isa = MIMI_ISA_AUTO;
     params->n_threads = 1;
+    params->backend = MIMI_BACKEND_AUTO;
+    params->device = 0;
+    params->precision = MIMI_PRECISION_STRICT;
 }
 
 static struct mimi_model *model_new(const struct mimi_model_params *params, int *err) {
@@ -47,6 +51,12 @@ static struct mimi_model *model_new(const struct mimi_model_params *params, int 
         if (err) *err = MIMI_EINVAL;
         return NULL;
     }
+    if (params->backend < MIMI_BACKEND_AUTO || params->backend > MIMI_BACKEND_CUDA ||
+        params->device < 0 ||
+        (params->precision != MIMI_PRECISION_STRICT && params->precision != MIMI_PRECISION_FAST)) {
+        if (err) *err = MIMI_EINVAL;
+        return NULL;
+    }
     struct mimi_model *m = calloc(1, sizeof *m);
     if (!m) {
         if (err) *err = MIMI_ENOMEM;
@@ -56,6 +66,9 @@ static struct mimi_model *model_new(const struct mimi_model_params *params, int 
     m->log_user = params->log_user;
     m->isa = params->isa;
     m->n_threads = params->n_threads;
+    m->backend = params->backend == MIMI_BACKEND_CUDA ? MIMI_BACKEND_CUDA : MIMI_BACKEND_CPU;
+    m->device = params->device;
+    m->precision = params->precision;
     return m;
 }
 
@@ -64,6 +77,7 @@ static struct mimi_model *model_finish(struct mimi_model *m, int rc, const char 
                                        const char *why, int *err) {
     if (rc == 0) rc = mimi_model_bind(m);
     else mimi_log(m, MIMI_LOG_ERROR, "%s: %s", what, why);
+    if (rc == 0 && m->backend == MIMI_BACKEND_CUDA) rc = mimi_cuda_model_init(m);
     if (rc != 0) {
         mimi_model_free(m);
         if (err) *err = rc;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "gpu.h"
 
 // Values not stored in any checkpoint: constants of every Mimi family.
 #define MIMI_SAMPLE_RATE 24000
@@ -576,6 +577,7 @@ static int detect_naming(struct loader *L) {
 
 void mimi_model_free(struct mimi_model *m) {
     if (!m) return;
+    mimi_cuda_model_free(m);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     st_close(&m->file);

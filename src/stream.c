@@ -92,10 +92,10 @@ void mimi_encoder_reset(struct mimi_encoder *e) {
 }
 
 // One frame into codes (codes != NULL) or a continuous latent, frame `f` of the output.
-static void encode_frame(struct mimi_encoder *e, const float *pcm, int32_t *codes, float *latents,
-                         size_t f) {
+static int encode_frame(struct mimi_encoder *e, const float *pcm, int32_t *codes, float *latents,
+                        size_t f) {
     const struct mimi_batch *b = e->batch;
-    mimi_batch_encode_unchecked(e->batch, 1, &SLOT0, pcm,
+    return mimi_batch_encode_unchecked(e->batch, 1, &SLOT0, pcm,
                                 codes ? codes + f * (size_t)b->n_codebooks : NULL,
                                 codes ? NULL : latents + f * (size_t)b->model->frame_dim);
 }
@@ -110,7 +110,7 @@ static int step(struct mimi_encoder *e, const float *pcm, int want_codes, int32_
         return MIMI_ESTATE;
     }
     rc = mimi_batch_check_finite(e->batch, pcm, (size_t)e->batch->model->frame_size, "sample");
-    if (rc == MIMI_OK) encode_frame(e, pcm, codes, latents, 0);
+    if (rc == MIMI_OK) rc = encode_frame(e, pcm, codes, latents, 0);
     return rc;
 }
 
@@ -140,15 +140,16 @@ static int push(struct mimi_encoder *e, const float *pcm, size_t n_samples, int 
     for (size_t f = 0; f < frames; f++) {
         // complete the pending frame, or encode straight from the input when nothing is pending
         if (e->n_pending == 0) {
-            encode_frame(e, pcm + used, codes, latents, f);
+            rc = encode_frame(e, pcm + used, codes, latents, f);
             used += (size_t)frame;
         } else {
             size_t take = (size_t)(frame - e->n_pending);
             memcpy(e->pending + e->n_pending, pcm + used, sizeof(float) * take);
             used += take;
             e->n_pending = 0;
-            encode_frame(e, e->pending, codes, latents, f);
+            rc = encode_frame(e, e->pending, codes, latents, f);
         }
+        if (rc) return rc;  // a device failure (the batch is poisoned)
     }
     if (n_samples > used)
         memcpy(e->pending + e->n_pending, pcm + used, sizeof(float) * (n_samples - used));
@@ -180,8 +181,8 @@ static int flush(struct mimi_encoder *e, int want_codes, int32_t *codes, float *
     const int frame = e->batch->model->frame_size;
     memset(e->pending + e->n_pending, 0, sizeof(float) * (size_t)(frame - e->n_pending));
     e->n_pending = 0;
-    encode_frame(e, e->pending, codes, latents, 0);
-    return 1;
+    rc = encode_frame(e, e->pending, codes, latents, 0);
+    return rc ? rc : 1;
 }
 
 int mimi_encoder_flush(struct mimi_encoder *e, int32_t *codes, int max_frames) {
@@ -250,11 +251,11 @@ static int decoder_push(struct mimi_decoder *dc, int want_codes, const int32_t *
     rc = want_codes ? mimi_batch_check_codes(b, codes, n_frames)
                     : mimi_batch_check_finite(b, latents, (size_t)n_frames * fd, "latent");
     if (rc != MIMI_OK) return rc;
-    for (int f = 0; f < n_frames; f++)
-        mimi_batch_decode_unchecked(b, 1, &SLOT0, want_codes ? codes + (size_t)f * n : NULL,
+    for (int f = 0; rc == MIMI_OK && f < n_frames; f++)
+        rc = mimi_batch_decode_unchecked(b, 1, &SLOT0, want_codes ? codes + (size_t)f * n : NULL,
                                     want_codes ? NULL : latents + (size_t)f * fd,
                                     pcm + (size_t)f * frame);
-    return n_frames * frame;
+    return rc ? rc : n_frames * frame;
 }
 
 int mimi_decoder_push(struct mimi_decoder *dc, const int32_t *codes, int n_frames, float *pcm,
@@ -308,7 +309,7 @@ static int64_t encode_offline(const struct mimi_model *model, const struct mimi_
             in = e->pending;
         }
         // codes are int32 and latents float: both fit the 4-byte scratch
-        encode_frame(e, in, want_codes ? (int32_t *)frame_out : NULL, frame_out, 0);
+        rc = encode_frame(e, in, want_codes ? (int32_t *)frame_out : NULL, frame_out, 0);
         for (int q = 0; q < per_frame; q++) {
             if (want_codes) codes[q * n_frames + f] = ((int32_t *)frame_out)[q];
             else latents[q * n_frames + f] = frame_out[q];
@@ -366,7 +367,7 @@ static int64_t decode_offline(const struct mimi_model *model, const struct mimi_
             if (want_codes) ((int32_t *)frame_in)[q] = codes[q * n_frames + f];
             else frame_in[q] = latents[q * n_frames + f];
         }
-        mimi_batch_decode_unchecked(b, 1, &SLOT0, want_codes ? (const int32_t *)frame_in : NULL,
+        rc = mimi_batch_decode_unchecked(b, 1, &SLOT0, want_codes ? (const int32_t *)frame_in : NULL,
                                     want_codes ? NULL : frame_in, pcm + f * frame);
     }
     mimi_decoder_destroy(dc);

@@ -229,6 +229,12 @@ int main(int argc, char **argv) {
     struct mimi_model_params mp;
     mimi_model_params_default(&mp);
     mp.log = log_line;
+    // an extra argument "cuda" runs the same gates on the CUDA backend (strict f32)
+    for (int i = 4; i < argc; i++)
+        if (strcmp(argv[i], "cuda") == 0) {
+            if (!mimi_backend_available(MIMI_BACKEND_CUDA)) SKIP("no CUDA device");
+            mp.backend = MIMI_BACKEND_CUDA;
+        }
     int rc;
     struct mimi_model *model = mimi_model_load(path, &mp, &rc);
     if (!model) {

@@ -1,0 +1,386 @@
+/*
+ * bench_gpu.c - the CUDA backend's speed: one stream's latency per frame, the number of
+ * concurrent real-time streams (the largest batch whose encode + decode step stays under 80 ms
+ * at p99), throughput in multiples of real time, each in strict (f32) and fast (TF32) modes,
+ * with ratios to the floors and to the reference implementation's figures, a per-op profile and
+ * the fast mode's fidelity against strict. Not part of the library; bench_stream.c is the CPU's.
+ *
+ * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N]
+ *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
+ * Without --model the synthetic model is written to /tmp first (tools/synth.h).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mimi.h"
+#include "synth.h"
+
+#define FRAME_S 0.080
+// Steps run before timing: past 10 s (125 frames) every attention ring is full, so the timed
+// steps are the steady state of a long stream (earlier steps attend to fewer keys).
+#define STEADY_WARM 130
+
+// Floors and reference figures (the numbers): weight bytes per frame at batch 1 over
+// the H200's ~4.3 TB/s, and the reference implementation measured on the same kind of GPU.
+#define ENC_WEIGHT_BYTES 173.3e6
+#define DEC_WEIGHT_BYTES 160.7e6
+#define HBM_BYTES_PER_S 4.3e12
+#define FLOP_PER_FRAME (2 * 221.2e6 + 2 * 219.7e6)  // encode + decode, spec 9 (n_q = 8)
+#define REF_ENC_MS_LO 2.9
+#define REF_ENC_MS_HI 4.3
+#define REF_DEC_MS_LO 2.5
+#define REF_DEC_MS_HI 2.8
+#define REF_STREAMS 726
+#define REF_OFFLINE_ENC 3990.0
+#define REF_OFFLINE_DEC 3700.0
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Nearest-rank percentile of n samples (sorted in place).
+static double percentile(double *v, int n, double p) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int k = (int)ceil(p * n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+// Deterministic audio for stream s: two tones and noise, different per stream.
+static void fill_audio(float *pcm, int s, int frame_index, int frame) {
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(s + 1) + (uint64_t)frame_index;
+    for (int i = 0; i < frame; i++) {
+        double t = ((double)frame_index * frame + i) / 24000.0;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double noise = (double)(x >> 11) / 9007199254740992.0 - 0.5;
+        pcm[i] = (float)(0.3 * sin(2 * M_PI * (180 + 13 * s) * t) + 0.1 * sin(2 * M_PI * 1230 * t) + 0.05 * noise);
+    }
+}
+
+static struct mimi_model *load(const char *path, int precision) {
+    struct mimi_model_params mp;
+    mimi_model_params_default(&mp);
+    mp.backend = MIMI_BACKEND_CUDA;
+    mp.precision = precision;
+    int rc;
+    struct mimi_model *m = mimi_model_load(path, &mp, &rc);
+    if (!m) fprintf(stderr, "cannot load %s on CUDA: %s\n", path, mimi_strerror(rc));
+    return m;
+}
+
+// ---- one stream ----
+
+struct latency {
+    double enc_med, enc_p99, dec_med, dec_p99;
+};
+
+static struct latency one_stream(struct mimi_model *m, int frames) {
+    struct latency L = {0};
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    struct mimi_encoder *e = mimi_encoder_create(m, &sp, NULL);
+    struct mimi_decoder *d = mimi_decoder_create(m, &sp, NULL);
+    double *te = malloc(sizeof(double) * frames), *td = malloc(sizeof(double) * frames);
+    float *pcm = malloc(sizeof(float) * 1920), *out = malloc(sizeof(float) * 1920);
+    int32_t codes[32];
+    if (!e || !d || !te || !td || !pcm || !out) return L;
+    for (int f = -STEADY_WARM; f < frames; f++) {
+        fill_audio(pcm, 0, f + STEADY_WARM, 1920);
+        double t0 = now();
+        int rc = mimi_encoder_step(e, pcm, codes);
+        double t1 = now();
+        rc |= mimi_decoder_step(d, codes, out);
+        double t2 = now();
+        if (rc) fprintf(stderr, "step failed: %s\n", mimi_encoder_errmsg(e));
+        if (f >= 0) te[f] = 1e3 * (t1 - t0), td[f] = 1e3 * (t2 - t1);
+    }
+    L.enc_med = percentile(te, frames, 0.5);
+    L.enc_p99 = percentile(te, frames, 0.99);
+    L.dec_med = percentile(td, frames, 0.5);
+    L.dec_p99 = percentile(td, frames, 0.99);
+    mimi_encoder_destroy(e);
+    mimi_decoder_destroy(d);
+    free(te), free(td), free(pcm), free(out);
+    return L;
+}
+
+// ---- many streams ----
+
+struct batch_run {
+    int ok;
+    double enc_med, dec_med, step_p99;  // ms
+};
+
+// B streams in an encode and a decode batch; `steps` timed steps of encode then decode.
+static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
+    struct batch_run r = {0};
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = B;
+    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = enc ? mimi_batch_create(m, &bp, NULL) : NULL;
+    int *slots = malloc(sizeof(int) * B);
+    float *pcm = malloc(sizeof(float) * 1920 * (size_t)B), *out = malloc(sizeof(float) * 1920 * (size_t)B);
+    int32_t *codes = malloc(sizeof(int32_t) * 8 * (size_t)B);
+    double *te = malloc(sizeof(double) * steps), *td = malloc(sizeof(double) * steps), *ts = malloc(sizeof(double) * steps);
+    if (!enc || !dec || !slots || !pcm || !out || !codes || !te || !td || !ts) goto done;
+    for (int s = 0; s < B; s++) {
+        slots[s] = mimi_batch_open(enc);
+        if (mimi_batch_open(dec) < 0) goto done;
+        fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
+    }
+    for (int k = -STEADY_WARM; k < steps; k++) {
+        double t0 = now();
+        int rc = mimi_batch_encode(enc, B, slots, pcm, codes);
+        double t1 = now();
+        rc |= mimi_batch_decode(dec, B, slots, codes, out);
+        double t2 = now();
+        if (rc) {
+            fprintf(stderr, "B=%d: %s %s\n", B, mimi_batch_errmsg(enc), mimi_batch_errmsg(dec));
+            goto done;
+        }
+        if (k >= 0) te[k] = 1e3 * (t1 - t0), td[k] = 1e3 * (t2 - t1), ts[k] = 1e3 * (t2 - t0);
+    }
+    r.ok = 1;
+    r.enc_med = percentile(te, steps, 0.5);
+    r.dec_med = percentile(td, steps, 0.5);
+    r.step_p99 = percentile(ts, steps, 0.99);
+done:
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+    free(slots), free(pcm), free(out), free(codes), free(te), free(td), free(ts);
+    return r;
+}
+
+// ---- profile ----
+
+#define MAX_KEYS 64
+struct agg {
+    const char *key[MAX_KEYS];
+    double us[MAX_KEYS];
+    int count[MAX_KEYS], n;
+    double total;
+};
+
+static void agg_add(struct agg *a, const char *key, double us) {
+    int i = 0;
+    while (i < a->n && strcmp(a->key[i], key)) i++;
+    if (i == a->n) {
+        if (a->n == MAX_KEYS) return;
+        a->key[a->n++] = key;
+    }
+    a->us[i] += us;
+    a->count[i]++;
+    a->total += us;
+}
+
+struct prof {
+    struct agg by_op, by_stage, by_both;
+    char names[MAX_KEYS][48];
+};
+
+static void on_op(void *user, const char *op, const char *stage, double us) {
+    struct prof *p = user;
+    agg_add(&p->by_op, op, us);
+    agg_add(&p->by_stage, stage, us);
+    // op within stage, e.g. "enc.seanet/im2col"
+    char key[48];
+    snprintf(key, sizeof key, "%s/%s", stage, op);
+    int i = 0;
+    while (i < p->by_both.n && strcmp(p->names[i], key)) i++;
+    if (i == p->by_both.n && i < MAX_KEYS) strcpy(p->names[i], key);
+    if (i < MAX_KEYS) agg_add(&p->by_both, p->names[i], us);
+}
+
+// Prints the `top` largest entries of a (a copy: entries are marked as they are printed).
+static void agg_print(struct agg a, const char *title, int top) {
+    printf("    %-10s", title);
+    for (int done = 0; done < a.n && done < top; done++) {
+        int best = -1;
+        for (int i = 0; i < a.n; i++)
+            if (a.count[i] >= 0 && (best < 0 || a.us[i] > a.us[best])) best = i;
+        printf(" %s %.0f%% (%.0f us)", a.key[best], 100 * a.us[best] / a.total, a.us[best]);
+        a.count[best] = -1;
+    }
+    printf("\n");
+}
+
+// One profiled encode and decode step of B streams.
+static void profile(struct mimi_model *m, int B) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = B;
+    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = enc ? mimi_batch_create(m, &bp, NULL) : NULL;
+    int *slots = malloc(sizeof(int) * B);
+    float *pcm = calloc(1920 * (size_t)B, sizeof(float)), *out = malloc(sizeof(float) * 1920 * (size_t)B);
+    int32_t *codes = malloc(sizeof(int32_t) * 8 * (size_t)B);
+    if (enc && dec && slots && pcm && out && codes) {
+        for (int s = 0; s < B; s++) {
+            slots[s] = mimi_batch_open(enc);
+            (void)!mimi_batch_open(dec);
+            fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
+        }
+        // steady state first: full attention rings
+        for (int k = 0; k < STEADY_WARM; k++)
+            if (mimi_batch_encode(enc, B, slots, pcm, codes) || mimi_batch_decode(dec, B, slots, codes, out)) break;
+        for (int dir = 0; dir < 2; dir++) {
+            struct prof p = {0};
+            for (int k = 0; k < 2; k++) {  // the second step is the one kept
+                memset(&p, 0, sizeof p);
+                int rc = dir == 0 ? mimi_batch_profile(enc, B, slots, pcm, codes, on_op, &p)
+                                  : mimi_batch_profile(dec, B, slots, codes, out, on_op, &p);
+                if (rc) printf("    profile failed: %s\n", mimi_strerror(rc));
+            }
+            printf("  profile B=%d %s, steady state: %.1f us in ops (eager launches: more than a graph step)\n", B,
+                   dir ? "decode" : "encode", p.by_op.total);
+            agg_print(p.by_op, "by op:", 10);
+            agg_print(p.by_stage, "by stage:", 6);
+            agg_print(p.by_both, "by both:", 16);
+        }
+    }
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+    free(slots), free(pcm), free(out), free(codes);
+}
+
+// ---- fidelity of fast mode ----
+
+static void fidelity(struct mimi_model *strict, struct mimi_model *fast, int frames) {
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    struct mimi_encoder *es = mimi_encoder_create(strict, &sp, NULL), *ef = mimi_encoder_create(fast, &sp, NULL);
+    struct mimi_decoder *ds = mimi_decoder_create(strict, &sp, NULL), *df = mimi_decoder_create(fast, &sp, NULL);
+    if (!es || !ef || !ds || !df) return;
+    int equal = 0, sem = 0;
+    double num = 0, den = 0;
+    float pcm[1920], ps[1920], pf[1920];
+    for (int f = 0; f < frames; f++) {
+        int32_t cs[8], cf[8];
+        fill_audio(pcm, 3, f, 1920);
+        (void)!mimi_encoder_step(es, pcm, cs);
+        (void)!mimi_encoder_step(ef, pcm, cf);
+        for (int q = 0; q < 8; q++) equal += cs[q] == cf[q];
+        sem += cs[0] == cf[0];
+        (void)!mimi_decoder_step(ds, cs, ps);
+        (void)!mimi_decoder_step(df, cs, pf);
+        for (int i = 0; i < 1920; i++) num += (ps[i] - pf[i]) * (double)(ps[i] - pf[i]), den += ps[i] * (double)ps[i];
+    }
+    printf("  fast vs strict over %d frames: codes equal %.2f%%, semantic %.2f%%, decoded pcm rel_l2 %.2e\n", frames,
+           100.0 * equal / (8 * frames), 100.0 * sem / frames, sqrt(num / den));
+    mimi_encoder_destroy(es), mimi_encoder_destroy(ef), mimi_decoder_destroy(ds), mimi_decoder_destroy(df);
+}
+
+// ---- main ----
+
+static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_streams) {
+    printf("\n== %s ==\n", mode);
+    struct latency L = one_stream(m, quick ? 100 : 500);
+    double floor_enc = 1e3 * ENC_WEIGHT_BYTES / HBM_BYTES_PER_S, floor_dec = 1e3 * DEC_WEIGHT_BYTES / HBM_BYTES_PER_S;
+    printf("  one stream, ms per frame: encode median %.3f p99 %.3f | decode median %.3f p99 %.3f\n", L.enc_med,
+           L.enc_p99, L.dec_med, L.dec_p99);
+    printf("    vs weight-read floor (%.3f / %.3f ms): %.1fx / %.1fx; vs reference (%.1f-%.1f / %.1f-%.1f ms): "
+           "%.1f-%.1fx / %.1f-%.1fx faster\n",
+           floor_enc, floor_dec, L.enc_med / floor_enc, L.dec_med / floor_dec, REF_ENC_MS_LO, REF_ENC_MS_HI,
+           REF_DEC_MS_LO, REF_DEC_MS_HI, REF_ENC_MS_LO / L.enc_med, REF_ENC_MS_HI / L.enc_med,
+           REF_DEC_MS_LO / L.dec_med, REF_DEC_MS_HI / L.dec_med);
+    static const int sizes[] = {1, 64, 256, 1024, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144};
+    int best = 0, over = 0;
+    double best_enc_x = 0, best_dec_x = 0;
+    printf("  %6s %10s %10s %12s %10s %10s %9s\n", "B", "enc ms", "dec ms", "step p99 ms", "enc x RT", "dec x RT",
+           "TFLOP/s");
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && sizes[i] <= max_streams; i++) {
+        int B = sizes[i];
+        struct batch_run r = many_streams(m, B, quick ? 8 : 20);
+        if (!r.ok) {
+            printf("  %6d (batch could not be created or run: out of device memory?)\n", B);
+            break;
+        }
+        double ex = B * FRAME_S * 1e3 / r.enc_med, dx = B * FRAME_S * 1e3 / r.dec_med;
+        printf("  %6d %10.2f %10.2f %12.2f %10.0f %10.0f %9.1f%s\n", B, r.enc_med, r.dec_med, r.step_p99, ex, dx,
+               B * FLOP_PER_FRAME / (1e-3 * (r.enc_med + r.dec_med)) * 1e-12, r.step_p99 < 80.0 ? "" : "  (over 80 ms)");
+        if (ex > best_enc_x) best_enc_x = ex;
+        if (dx > best_dec_x) best_dec_x = dx;
+        if (r.step_p99 >= 80.0) {
+            over = B;
+            break;
+        }
+        best = B;
+    }
+    // narrow the capacity down between the last B under 80 ms and the first over it
+    for (int k = 0; k < 3 && over && over - best > 128; k++) {
+        int B = (best + over) / 2 / 64 * 64;
+        struct batch_run r = many_streams(m, B, quick ? 8 : 20);
+        printf("  %6d %10.2f %10.2f %12.2f%s\n", B, r.enc_med, r.dec_med, r.step_p99,
+               r.ok && r.step_p99 < 80.0 ? "" : "  (over 80 ms)");
+        if (r.ok && r.step_p99 < 80.0) best = B;
+        else over = B;
+    }
+    printf("  concurrent real-time streams (largest B tried with p99 step < 80 ms): %d (reference ~%d: %.1fx)\n", best,
+           REF_STREAMS, (double)best / REF_STREAMS);
+    printf("  throughput: encode %.0fx real time (reference %.0fx: %.1fx), decode %.0fx (reference %.0fx: %.1fx)\n",
+           best_enc_x, REF_OFFLINE_ENC, best_enc_x / REF_OFFLINE_ENC, best_dec_x, REF_OFFLINE_DEC,
+           best_dec_x / REF_OFFLINE_DEC);
+    profile(m, 1);
+    if (!quick) profile(m, 1024);
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL;
+    int quick = 0, max_streams = 1 << 20, profile_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_only = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-streams") && i + 1 < argc) max_streams = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--write-model") && i + 1 < argc) {
+            char err[256];
+            int rc = synth_write_model(argv[i + 1], 0, SYNTH_NAMING_KYUTAI, SYNTH_F32, err, sizeof err);
+            if (rc) fprintf(stderr, "cannot write %s: %s\n", argv[i + 1], err);
+            return rc ? 1 : 0;
+        }
+        else {
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--profile B] | --write-model PATH\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!mimi_backend_available(MIMI_BACKEND_CUDA)) {
+        printf("no CUDA device: nothing to measure\n");
+        return 0;
+    }
+    if (!path) {
+        char err[256];
+        path = "/tmp/mimi-bench-gpu-model.safetensors";
+        if (synth_write_model(path, 0, SYNTH_NAMING_KYUTAI, SYNTH_F32, err, sizeof err)) {
+            fprintf(stderr, "cannot write the synthetic model: %s\n", err);
+            return 1;
+        }
+    }
+    printf("libmimi %s, CUDA backend, model %s\n", mimi_version_string(), path);
+    struct mimi_model *strict = load(path, MIMI_PRECISION_STRICT), *fast = load(path, MIMI_PRECISION_FAST);
+    if (!strict || !fast) return 1;
+    if (profile_only > 0) {
+        printf("\n== strict (f32) ==\n");
+        profile(strict, profile_only);
+        printf("\n== fast (TF32) ==\n");
+        profile(fast, profile_only);
+        return 0;
+    }
+    fidelity(strict, fast, quick ? 50 : 200);
+    run_mode(strict, "strict (f32)", quick, max_streams);
+    mimi_model_destroy(strict);
+    run_mode(fast, "fast (TF32)", quick, max_streams);
+    mimi_model_destroy(fast);
+    return 0;
+}

@@ -1,0 +1,214 @@
+/*
+ * attention.cu - the transformer's streaming attention over per-slot KV rings (spec 2, 5.4;
+ * reference src/nn/transformer.c): marking the step's positions, rotary embedding of q and k
+ * with the store of k and v into the ring, and softmax(q k^T / sqrt(hd)) v over the window.
+ *
+ * Ring rule: query position p sees entry j when 0 <= p - positions[j] < context; positions[j]
+ * is -1 (0xFFFFFFFF) until written, so a fresh ring never aliases position 0. All keys of a step
+ * are stored before any query runs, like the reference.
+ */
+#include "common.cuh"
+
+#define ATT_THREADS 512
+
+// ---- positions ----
+
+static __global__ void positions_kernel(const struct op_attention a) {
+    FOR_EACH(idx, (size_t)a.R * a.steps) {
+        int r = (int)(idx / a.steps), s = (int)(idx - (size_t)r * a.steps);
+        int slot = a.row_slot[r];
+        if (slot < 0) continue;
+        int32_t pos = a.next_pos[(size_t)slot * a.slot_stride] + s;
+        a.positions[(size_t)slot * a.slot_stride + pos % a.ring] = pos;
+    }
+}
+
+extern "C" int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec *ex) {
+    positions_kernel<<<grid_for((size_t)a->R * a->steps, 128), 128, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "positions");
+}
+
+// ---- rotary embedding and ring store ----
+
+// One thread per (query row, pair p): pair p of the d-wide q and k is (2p, 2p+1), head
+// p / (hd/2), frequency index p % (hd/2); the angle is freq * position in f32 (mimi_rope).
+static __global__ void rope_kv_kernel(const struct op_attention a) {
+    const int half = a.d / 2, d = a.d;
+    FOR_EACH(idx, (size_t)a.R * a.steps * half) {
+        size_t row = idx / half;
+        int p = (int)(idx - row * half), r = (int)(row / a.steps), s = (int)(row - (size_t)r * a.steps);
+        int slot = a.row_slot[r];
+        int32_t pos = (slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride]) + s;
+        float angle = __fmul_rn(a.freq[p % (a.head_dim / 2)], (float)pos), c = cosf(angle), sn = sinf(angle);
+        float *q = a.qkv + row * 3 * d, *k = q + d, *v = q + 2 * d;
+        float re = q[2 * p], im = q[2 * p + 1];
+        q[2 * p] = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn));
+        q[2 * p + 1] = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
+        re = k[2 * p], im = k[2 * p + 1];
+        float k0 = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn)), k1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
+        k[2 * p] = k0;
+        k[2 * p + 1] = k1;
+        if (slot < 0) continue;
+        size_t at = (size_t)slot * a.slot_stride + (size_t)(pos % a.ring) * d + 2 * p;
+        a.keys[at] = k0;
+        a.keys[at + 1] = k1;
+        a.values[at] = v[2 * p];
+        a.values[at + 1] = v[2 * p + 1];
+    }
+}
+
+extern "C" int mimi_cuda_rope_kv(const struct op_attention *a, struct gpu_exec *ex) {
+    rope_kv_kernel<<<grid_for((size_t)a->R * a->steps * (a->d / 2), 256), 256, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "rope_kv");
+}
+
+// ---- attention ----
+
+static __host__ __device__ size_t align4(size_t n) { return (n + 3) & ~(size_t)3; }
+
+// Shared floats of one block: q (steps, hd), probabilities (steps, ring), partial outputs
+// (parts, steps, hd), sums (steps).
+static size_t att_parts(const struct op_attention *a) {
+    int per = a->steps * a->head_dim / 4;
+    return per >= ATT_THREADS ? 1 : ATT_THREADS / per;
+}
+
+static size_t att_smem(const struct op_attention *a) {
+    size_t sh = (size_t)a->steps * a->head_dim;
+    return sizeof(float) * (align4(sh) + align4((size_t)a->steps * a->ring) + att_parts(a) * sh + align4(a->steps));
+}
+
+// One block per (row, head), all steps of the row together (they share the slot's keys):
+// a thread per key for the scores, a warp per step for the softmax, then (step, 4 dims, part)
+// threads for the weighted sum of values, reduced over parts in a fixed order.
+static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const struct op_attention a, int parts) {
+    extern __shared__ float4 smem4[];
+    const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, hd = a.head_dim, d = a.d, ring = a.ring;
+    const int hd4 = hd / 4, per = steps * hd4;
+    float *q = (float *)smem4, *prob = q + align4((size_t)steps * hd);
+    float4 *part = (float4 *)(prob + align4((size_t)steps * ring));
+    float *sums = (float *)(part + (size_t)parts * per);
+    const int slot = a.row_slot[r];
+    float *out = a.out + (size_t)r * steps * d + (size_t)h * hd;
+    if (slot < 0) {
+        for (int i = threadIdx.x; i < steps * hd; i += blockDim.x) out[(size_t)(i / hd) * d + i % hd] = 0.0f;
+        return;
+    }
+    const size_t base = (size_t)slot * a.slot_stride;
+    const int32_t pos0 = a.next_pos[base];
+    const int32_t *positions = a.positions + base;
+    const float *keys = a.keys + base + (size_t)h * hd;
+    const float4 *values = (const float4 *)(a.values + base + (size_t)h * hd);
+    for (int i = threadIdx.x; i < steps * hd; i += blockDim.x)
+        q[i] = a.qkv[((size_t)r * steps + i / hd) * 3 * d + (size_t)h * hd + i % hd];
+    __syncthreads();
+    // scores, -inf outside the window: a group of hd/4 lanes per key, one float4 each, so a
+    // key's row is read in one coalesced access; groups walk the ring four keys at a time
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int group = hd4 <= 32 ? hd4 : 32, n_groups = blockDim.x / group;
+    const int g = threadIdx.x / group, gl = threadIdx.x % group;
+    const unsigned mask = group == 32 ? 0xffffffffu : ((1u << group) - 1) << (threadIdx.x % 32 / group * group);
+    for (int j0 = g; j0 < ring; j0 += 4 * n_groups) {
+        float4 kv[4][2];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = j0 + u * n_groups;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                int i4 = gl + c * group;
+                kv[u][c] = j < ring && i4 < hd4 ? ((const float4 *)(keys + (size_t)j * d))[i4] : make_float4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = j0 + u * n_groups;
+            for (int s = 0; s < steps; s++) {
+                const float4 *q4 = (const float4 *)(q + (size_t)s * hd);
+                float dot = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    int i4 = gl + c * group;
+                    if (i4 < hd4) {
+                        float4 qv = q4[i4];
+                        dot += qv.x * kv[u][c].x + qv.y * kv[u][c].y + qv.z * kv[u][c].z + qv.w * kv[u][c].w;
+                    }
+                }
+                for (int off = group / 2; off; off >>= 1) dot += __shfl_xor_sync(mask, dot, off);
+                if (gl == 0 && j < ring) {
+                    const int32_t pk = positions[j], age = pos0 + s - pk;
+                    prob[(size_t)s * ring + j] = pk >= 0 && age >= 0 && age < a.context ? dot * scale : -INFINITY;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // softmax numerators and sums, one warp per step
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    for (int s = warp; s < steps; s += n_warps) {
+        float *ps = prob + (size_t)s * ring, mx = -INFINITY, sum = 0.0f;
+        for (int j = lane; j < ring; j += 32) mx = fmaxf(mx, ps[j]);
+        for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        for (int j = lane; j < ring; j += 32) {
+            float e = ps[j] == -INFINITY ? 0.0f : expf(ps[j] - mx);
+            ps[j] = e;
+            sum += e;
+        }
+        for (int off = 16; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (lane == 0) sums[s] = sum;
+    }
+    __syncthreads();
+    // weighted values: item (part, step, 4 dims) over keys part, part + parts, ...; four keys per
+    // round so that four loads are in flight. A zero probability (outside the window) adds
+    // 0 * v, and v is finite: every ring entry is zeroed at reset and only finite values are
+    // stored (the reference skips those keys; the sum is the same).
+    for (int it = threadIdx.x; it < parts * per; it += blockDim.x) {
+        int pt = it / per, rem = it - pt * per, s = rem / hd4, i4 = rem - s * hd4;
+        const float *ps = prob + (size_t)s * ring;
+        const float inv = 1.0f / sums[s];
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int j = pt;
+        for (; j + 3 * parts < ring; j += 4 * parts) {
+            float4 v[4];
+            float w[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                v[u] = values[(size_t)(j + u * parts) * (d / 4) + i4];
+                w[u] = ps[j + u * parts] * inv;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                acc.x += w[u] * v[u].x, acc.y += w[u] * v[u].y, acc.z += w[u] * v[u].z, acc.w += w[u] * v[u].w;
+        }
+        for (; j < ring; j += parts) {
+            float w = ps[j] * inv;
+            float4 v = values[(size_t)j * (d / 4) + i4];
+            acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+        }
+        part[it] = acc;
+    }
+    __syncthreads();
+    for (int it = threadIdx.x; it < per; it += blockDim.x) {
+        float4 acc = part[it];
+        for (int pt = 1; pt < parts; pt++) {
+            float4 v = part[(size_t)pt * per + it];
+            acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+        }
+        int s = it / hd4, i4 = it - s * hd4;
+        *(float4 *)(out + (size_t)s * d + 4 * i4) = acc;
+    }
+}
+
+static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
+    dim3 grid(a->R, a->n_heads);
+    size_t smem = att_smem(a);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return launch_status(ex, "attention (shared memory)");
+    }
+    attention_kernel<<<grid, ATT_THREADS, smem, STREAM(ex)>>>(*a, (int)att_parts(a));
+    return launch_status(ex, "attention");
+}
+
+extern "C" int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex) {
+    return launch_attention(a, ex);
+}

@@ -1,0 +1,74 @@
+/*
+ * conv1d.cu - the streaming Conv1d's data movement: im2col over [history | f(x)] and the carry
+ * of the newest history columns (spec 5.1; reference src/nn/conv.c). The product itself is one
+ * cuBLAS call (matmul.cu); bias and activations are in elementwise.cu.
+ */
+#include "common.cuh"
+
+// ---- im2col ----
+
+// Column j of [hist (H) | f(x) (T)] for channel i of row r (f = ELU when a.elu). A padding row
+// has a zero history; a replicate-padded slot that has not started repeats f(x[i, r, 0]).
+static __device__ __forceinline__ float xin(const struct op_im2col &a, int i, int r, int j) {
+    const float *xr = a.x + ((size_t)i * a.R + r) * a.T;
+    if (j >= a.H) return a.elu ? elu_f(xr[j - a.H]) : xr[j - a.H];
+    int slot = a.row_slot[r];
+    if (slot < 0) return 0.0f;
+    if (a.replicate && !a.started[(size_t)slot * a.slot_stride]) return a.elu ? elu_f(xr[0]) : xr[0];
+    return a.hist[(size_t)slot * a.slot_stride + (size_t)i * a.H + j];
+}
+
+// col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (one
+// more for the row of ones), x the output columns; each thread writes its column's K taps, so the
+// index arithmetic is done once per K values and consecutive threads write consecutive columns.
+static __global__ void im2col_kernel(const struct op_im2col a) {
+    const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
+    for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
+        float *col = a.col + (size_t)i * a.K * N;
+        for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+            if (i == a.c_in) {
+                col[n] = 1.0f;
+                continue;
+            }
+            const unsigned r = n / To, t = n - r * To;
+            for (int k = 0; k < a.K; k++) col[(size_t)k * N + n] = xin(a, i, r, t * a.S + k);
+        }
+    }
+}
+
+static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
+    const size_t N = (size_t)a->R * (a->T / a->S);
+    const int rows = a->c_in + a->ones;
+    dim3 grid(grid_for(N, 256), rows < 65535 ? rows : 65535);
+    if (grid.x > 65535) grid.x = 65535;
+    im2col_kernel<<<grid, 256, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "im2col");
+}
+
+extern "C" int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
+    return launch_im2col(a, ex);
+}
+
+// ---- carry ----
+
+// One thread per (channel, row) walks the history in ascending order: column j reads column
+// T + j of [hist | f(x)], which is never one it already overwrote (the overlap lesson of the
+// design notes: one thread per element would race when H > T).
+static __global__ void carry_kernel(const struct op_im2col a) {
+    FOR_EACH(idx, (size_t)a.c_in * a.R) {
+        int i = (int)(idx / a.R), r = (int)(idx - (size_t)i * a.R);
+        int slot = a.row_slot[r];
+        if (slot < 0) continue;
+        float *h = (float *)a.hist + (size_t)slot * a.slot_stride + (size_t)i * a.H;
+        for (int j = 0; j < a.H; j++) h[j] = xin(a, i, r, a.T + j);
+    }
+}
+
+static int launch_carry(const struct op_im2col *a, struct gpu_exec *ex) {
+    carry_kernel<<<grid_for((size_t)a->c_in * a->R, 128), 128, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "carry");
+}
+
+extern "C" int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex) {
+    return launch_carry(a, ex);
+}

@@ -1,0 +1,193 @@
+/*
+ * cuda_batch.cu - a batch on the device: its slots' streaming state and scratch in device
+ * memory, and one plan per row bucket captured once as a CUDA graph (design.md, "The GPU
+ * backend: static per-frame plans"); slot resets. The steps that replay the graphs are in
+ * cuda_step.cu.
+ *
+ * A device failure poisons the batch (every later call gives MIMI_ESTATE); other batches and
+ * the model stay usable where the device allows.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_batch.cuh"
+
+// ---- plans ----
+
+int mimi_cuda_run_op(const struct gpu_op *op, struct gpu_exec *ex) {
+    switch (op->kind) {
+    case GOP_IM2COL: return mimi_cuda_im2col(&op->u.im2col, ex);
+    case GOP_CARRY: return mimi_cuda_carry(&op->u.im2col, ex);
+    case GOP_GEMM: return mimi_cuda_gemm(&op->u.gemm, ex);
+    case GOP_POINTWISE: return mimi_cuda_pointwise(&op->u.pointwise, ex);
+    case GOP_TRANSPOSE: return mimi_cuda_transpose(&op->u.transpose, ex);
+    case GOP_FINISH: return mimi_cuda_finish(&op->u.finish, ex);
+    case GOP_CONVTR_OUT: return mimi_cuda_convtr_out(&op->u.convtr, ex);
+    case GOP_CONVTR_TAIL: return mimi_cuda_convtr_tail(&op->u.convtr, ex);
+    case GOP_NORM: return mimi_cuda_norm(&op->u.norm, ex);
+    case GOP_POSITIONS: return mimi_cuda_positions(&op->u.attention, ex);
+    case GOP_ROPE_KV: return mimi_cuda_rope_kv(&op->u.attention, ex);
+    case GOP_ATTENTION: return mimi_cuda_attention(&op->u.attention, ex);
+    case GOP_ARGMIN: return mimi_cuda_argmin(&op->u.argmin, ex);
+    case GOP_GATHER: return mimi_cuda_gather(&op->u.gather, ex);
+    }
+    return MIMI_EINVAL;
+}
+
+static int run_plan(const struct gpu_plan *p, struct gpu_exec *ex) {
+    for (int i = 0; i < p->n_ops; i++) {
+        int rc = mimi_cuda_run_op(&p->ops[i], ex);
+        if (rc) return rc;
+    }
+    return MIMI_OK;
+}
+
+// Captures bucket i's plan as a graph on the batch's stream.
+static int capture(struct mimi_batch *b, int i) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamBeginCapture(gb->stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    int rc = run_plan(&gb->plans[i], &gb->ex);
+    cudaError_t e = cudaStreamEndCapture(gb->stream, &graph);
+    if (rc == MIMI_OK && e != cudaSuccess) rc = fail(b, e, "end capture");
+    if (rc == MIMI_OK) {
+        e = cudaGraphInstantiate(&gb->graphs[i], graph, 0);
+        if (e != cudaSuccess) rc = fail(b, e, "graph instantiate");
+    }
+    if (graph) cudaGraphDestroy(graph);
+    return rc;
+}
+
+// ---- lifetime ----
+
+static int setup_device(struct mimi_batch *b, int fast) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    const struct gpu_layout *L = &gb->L;
+    CK(cudaSetDevice(gb->device), "set device");
+    CK(cudaStreamCreateWithFlags(&gb->stream, cudaStreamNonBlocking), "stream");
+    CK(cudaEventCreateWithFlags(&gb->done, cudaEventDisableTiming), "event");
+    CK(cudaEventCreateWithFlags(&gb->ready, cudaEventDisableTiming), "event");
+    if (cublasCreate(&gb->cublas) != CUBLAS_STATUS_SUCCESS) {
+        mimi_batch_error(b, "cuda: cublasCreate failed");
+        return MIMI_EDEVICE;
+    }
+    CK(cudaMalloc(&gb->workspace, WORKSPACE_BYTES), "cuBLAS workspace");
+    if (cublasSetStream(gb->cublas, gb->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(gb->cublas, gb->workspace, WORKSPACE_BYTES) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetMathMode(gb->cublas, fast ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) !=
+            CUBLAS_STATUS_SUCCESS) {
+        mimi_batch_error(b, "cuda: cuBLAS setup failed");
+        return MIMI_EDEVICE;
+    }
+    gb->ex = (struct gpu_exec){gb->stream, gb->cublas, fast, b->errmsg, sizeof b->errmsg};
+    // state: zeros, position rings at the empty sentinel; scratch zeroed once (padding rows)
+    const size_t cap = (size_t)L->capacity;
+    CK(cudaMalloc((void **)&gb->state, sizeof(float) * L->slot_elems * cap), "state");
+    CK(cudaMalloc((void **)&gb->scratch, sizeof(float) * L->scratch_elems), "scratch");
+    CK(cudaMemsetAsync(gb->state, 0, sizeof(float) * L->slot_elems * cap, gb->stream), "memset");
+    CK(cudaMemset2DAsync(gb->state + L->st_positions, sizeof(float) * L->slot_elems, 0xFF,
+                         sizeof(int32_t) * L->ring, cap, gb->stream), "memset");
+    CK(cudaMemsetAsync(gb->scratch, 0, sizeof(float) * L->scratch_elems, gb->stream), "memset");
+    gb->host_stage_bytes = sizeof(float) * (gpu_stage_input_offset(L->capacity) + cap * L->in_per_row);
+    gb->host_out_bytes = sizeof(float) * cap * L->out_per_row;
+    CK(cudaHostAlloc((void **)&gb->host, gb->host_stage_bytes + gb->host_out_bytes + 64, cudaHostAllocDefault),
+       "pinned host memory");
+    return MIMI_OK;
+}
+
+static int build_plans(struct mimi_batch *b) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    const struct mimi_cuda_model *cm = b->model->cuda;
+    for (int R = 1;; R *= 2) {
+        int i = gb->n_buckets, rows = R < b->capacity ? R : b->capacity;
+        int rc = gpu_plan_build(&gb->plans[i], &gb->L, b->model, &cm->w, gb->state, gb->scratch, rows);
+        if (rc) return rc;
+        gb->n_buckets++;
+        // one eager run with every row padding (it touches no slot state) loads the kernels and
+        // cuBLAS's choices before the capture
+        const struct gpu_plan *p = &gb->plans[i];
+        CK(cudaMemsetAsync(p->stage, 0xFF, sizeof(int32_t) * p->R, gb->stream), "memset");
+        rc = run_plan(p, &gb->ex);
+        if (rc == MIMI_OK) rc = capture(b, i);
+        if (rc) return rc;
+        if (rows == b->capacity) break;
+    }
+    CK(cudaStreamSynchronize(gb->stream), "batch setup");
+    return MIMI_OK;
+}
+
+extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
+                                                     const struct mimi_batch_params *params, int *err) {
+    struct mimi_batch *b = (struct mimi_batch *)calloc(1, sizeof *b);
+    int rc = b ? MIMI_OK : MIMI_ENOMEM;
+    if (b) {
+        b->model = m;
+        b->direction = params->direction;
+        b->capacity = params->capacity;
+        b->n_codebooks = m->quantizer.n_q ? params->n_codebooks : 0;
+        b->attention = params->attention;
+        b->tap = params->tap;
+        b->tap_user = params->tap_user;
+        b->block = calloc(2 * (size_t)b->capacity, 1);
+        b->gpu = (struct mimi_cuda_batch *)calloc(1, sizeof *b->gpu);
+        if (!b->block || !b->gpu) rc = MIMI_ENOMEM;
+    }
+    if (!rc) {
+        b->open = (unsigned char *)b->block;
+        b->listed = b->open + b->capacity;
+        b->gpu->device = m->cuda->device;
+        rc = gpu_layout_init(&b->gpu->L, m, b->direction, b->capacity, b->n_codebooks, b->attention);
+    }
+    if (!rc) rc = setup_device(b, m->precision == MIMI_PRECISION_FAST);
+    if (!rc) rc = build_plans(b);
+    if (!rc && b->tap) {
+        const struct gpu_layout *L = &b->gpu->L;
+        int ch = L->d > L->frame_dim ? L->d : L->frame_dim;
+        b->gpu->tap_buf = (float *)malloc(sizeof(float) * ch * (size_t)b->capacity * L->steps);
+        if (!b->gpu->tap_buf) rc = MIMI_ENOMEM;
+    }
+    if (rc) {
+        if (b) mimi_log(m, MIMI_LOG_ERROR, "cuda: batch of %d slots: %s", b->capacity, b->errmsg);
+        if (b) mimi_cuda_batch_free(b);
+        if (b) free(b->block);
+        free(b);
+        if (err) *err = rc;
+        return NULL;
+    }
+    if (err) *err = MIMI_OK;
+    return b;
+}
+
+extern "C" void mimi_cuda_batch_free(struct mimi_batch *b) {
+    if (!b || !b->gpu) return;
+    struct mimi_cuda_batch *gb = b->gpu;
+    cudaSetDevice(gb->device);
+    if (gb->stream) cudaStreamSynchronize(gb->stream);
+    for (int i = 0; i < gb->n_buckets; i++) {
+        if (gb->graphs[i]) cudaGraphExecDestroy(gb->graphs[i]);
+        gpu_plan_free(&gb->plans[i]);
+    }
+    if (gb->cublas) cublasDestroy(gb->cublas);
+    cudaFree(gb->workspace);
+    cudaFree(gb->state);
+    cudaFree(gb->scratch);
+    if (gb->host) cudaFreeHost(gb->host);
+    if (gb->done) cudaEventDestroy(gb->done);
+    if (gb->ready) cudaEventDestroy(gb->ready);
+    if (gb->stream) cudaStreamDestroy(gb->stream);
+    cudaGetLastError();
+    free(gb->tap_buf);
+    free(gb);
+    b->gpu = NULL;
+}
+
+extern "C" int mimi_cuda_slot_reset(struct mimi_batch *b, int slot) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    if (gb->poisoned) return MIMI_ESTATE;
+    const struct gpu_layout *L = &gb->L;
+    float *s = gb->state + (size_t)slot * L->slot_elems;
+    CK(cudaSetDevice(gb->device), "set device");
+    CK(cudaMemsetAsync(s, 0, sizeof(float) * L->slot_elems, gb->stream), "slot reset");
+    CK(cudaMemsetAsync(s + L->st_positions, 0xFF, sizeof(int32_t) * L->ring, gb->stream), "slot reset");
+    return MIMI_OK;
+}

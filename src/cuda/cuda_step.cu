@@ -1,0 +1,167 @@
+/*
+ * cuda_step.cu - the steps of a device batch: one host-to-device copy of the slot list and
+ * inputs, one launch of the bucket's graph, one device-to-host copy of the outputs; split into
+ * submit and collect for asynchronous use, with codes read from device memory as an option, the
+ * taps, and a profile that launches the plan op by op between timing events.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_batch.cuh"
+
+// ---- steps ----
+
+static int bucket_of(const struct mimi_cuda_batch *gb, int n) {
+    int i = 0;
+    while (i + 1 < gb->n_buckets && gb->plans[i].R < n) i++;
+    return i;
+}
+
+// Checks the batch can take a step and fills the pinned stage for bucket i: row_slot (R),
+// the error flag, then n input rows (zeros for the padding rows) when `input` is given.
+static int stage(struct mimi_batch *b, int n, const int *slots, const void *input, int *bucket) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    if (gb->poisoned) return MIMI_ESTATE;
+    if (gb->pending) {
+        mimi_batch_error(b, "a submitted step was not collected");
+        return MIMI_ESTATE;
+    }
+    const int i = bucket_of(gb, n), R = gb->plans[i].R;
+    int32_t *row_slot = (int32_t *)gb->host;
+    for (int r = 0; r < R; r++) row_slot[r] = r < n ? slots[r] : -1;
+    row_slot[R] = 0;
+    if (input) {
+        const size_t row = sizeof(float) * gb->L.in_per_row;
+        unsigned char *in = gb->host + sizeof(float) * gpu_stage_input_offset(R);
+        memcpy(in, input, row * n);
+        memset(in + row * n, 0, row * (R - n));
+    }
+    *bucket = i;
+    CK(cudaSetDevice(gb->device), "set device");
+    return MIMI_OK;
+}
+
+// Queues the output copy (and the decode error flag) behind the step.
+static int queue_output(struct mimi_batch *b, int i, int n) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    const struct gpu_plan *p = &gb->plans[i];
+    unsigned char *out = gb->host + gb->host_stage_bytes;
+    CK(cudaMemcpyAsync(out, p->output, sizeof(float) * gb->L.out_per_row * n, cudaMemcpyDeviceToHost, gb->stream),
+       "output copy");
+    CK(cudaMemcpyAsync(out + gb->host_out_bytes, p->stage + p->R, sizeof(int32_t), cudaMemcpyDeviceToHost, gb->stream),
+       "flag copy");
+    CK(cudaEventRecord(gb->done, gb->stream), "event");
+    gb->pending = 1;
+    gb->pending_n = n;
+    gb->pending_bucket = i;
+    return MIMI_OK;
+}
+
+extern "C" int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, const void *input) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    int i, rc = stage(b, n, slots, input, &i);
+    if (rc) return rc;
+    const struct gpu_plan *p = &gb->plans[i];
+    CK(cudaMemcpyAsync(p->stage, gb->host, p->stage_bytes, cudaMemcpyHostToDevice, gb->stream), "input copy");
+    CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
+    return queue_output(b, i, n);
+}
+
+extern "C" int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots, const int32_t *codes,
+                                             int64_t offset, int64_t stride, void *wait_stream) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    int i, rc = stage(b, n, slots, NULL, &i);
+    if (rc) return rc;
+    const struct gpu_plan *p = &gb->plans[i];
+    // the slot list and the cleared error flag from the host, the codes from device memory
+    CK(cudaMemcpyAsync(p->stage, gb->host, sizeof(float) * gpu_stage_input_offset(p->R), cudaMemcpyHostToDevice,
+                       gb->stream), "slot list copy");
+    if (wait_stream) {
+        CK(cudaEventRecord(gb->ready, (cudaStream_t)wait_stream), "event on the caller's stream");
+        CK(cudaStreamWaitEvent(gb->stream, gb->ready, 0), "wait on the caller's stream");
+    }
+    rc = mimi_cuda_copy_codes((int32_t *)p->input, codes, offset, stride, n, p->R, gb->L.in_per_row, &gb->ex);
+    if (rc) return op_failed(b, rc);
+    CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
+    return queue_output(b, i, n);
+}
+
+// Hands each tap its (channels, n * steps) slice of the step that just completed.
+static int run_taps(struct mimi_batch *b, int i, int n) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    const struct gpu_plan *p = &gb->plans[i];
+    for (int t = 0; t < GPU_N_TAPS; t++) {
+        const size_t cols = (size_t)n * p->tap_steps[t], pitch = (size_t)p->R * p->tap_steps[t];
+        CK(cudaMemcpy2D(gb->tap_buf, sizeof(float) * cols, p->taps[t], sizeof(float) * pitch, sizeof(float) * cols,
+                        p->tap_channels[t], cudaMemcpyDeviceToHost), "tap copy");
+        b->tap(b->tap_user, p->tap_names[t], gb->tap_buf, p->tap_channels[t], (int)cols);
+    }
+    return MIMI_OK;
+}
+
+extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    if (!gb->pending) {
+        mimi_batch_error(b, "nothing was submitted");
+        return MIMI_ESTATE;
+    }
+    gb->pending = 0;
+    CK(cudaSetDevice(gb->device), "set device");
+    CK(cudaEventSynchronize(gb->done), "step");
+    const unsigned char *out = gb->host + gb->host_stage_bytes;
+    memcpy(output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
+    if (b->tap) {
+        int rc = run_taps(b, gb->pending_bucket, gb->pending_n);
+        if (rc) return rc;
+    }
+    if (*(const int32_t *)(out + gb->host_out_bytes)) {
+        mimi_batch_error(b, "a code in device memory is outside [0, %d): its slot did not advance",
+                         b->model->quantizer.bins);
+        return MIMI_EINVAL;
+    }
+    return MIMI_OK;
+}
+
+extern "C" int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output) {
+    int rc = mimi_cuda_submit(b, n, slots, input);
+    return rc ? rc : mimi_cuda_collect(b, output);
+}
+
+extern "C" int mimi_cuda_pending(const struct mimi_batch *b) { return b->gpu && b->gpu->pending; }
+
+extern "C" void *mimi_cuda_stream(const struct mimi_batch *b) { return b->gpu ? (void *)b->gpu->stream : NULL; }
+
+// ---- profile ----
+
+// The step of mimi_cuda_submit + mimi_cuda_collect, but each op launched on its own between
+// events, so that its time can be attributed.
+extern "C" int mimi_cuda_profile(struct mimi_batch *b, int n, const int *slots, const void *input, void *output,
+                                 mimi_profile_fn fn, void *user) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    int i, rc = stage(b, n, slots, input, &i);
+    if (rc) return rc;
+    const struct gpu_plan *p = &gb->plans[i];
+    cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)p->n_ops + 1, sizeof *ev);
+    if (!ev) return MIMI_ENOMEM;
+    int made = 0;
+    cudaError_t e = cudaSuccess;
+    while (made <= p->n_ops && (e = cudaEventCreate(&ev[made])) == cudaSuccess) made++;
+    if (e == cudaSuccess) e = cudaMemcpyAsync(p->stage, gb->host, p->stage_bytes, cudaMemcpyHostToDevice, gb->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(ev[0], gb->stream);
+    for (int k = 0; e == cudaSuccess && rc == MIMI_OK && k < p->n_ops; k++) {
+        rc = mimi_cuda_run_op(&p->ops[k], &gb->ex);
+        if (rc == MIMI_OK) e = cudaEventRecord(ev[k + 1], gb->stream);
+    }
+    if (e == cudaSuccess && rc == MIMI_OK) e = cudaStreamSynchronize(gb->stream);
+    for (int k = 0; e == cudaSuccess && rc == MIMI_OK && k < p->n_ops; k++) {
+        float ms = 0.0f;
+        e = cudaEventElapsedTime(&ms, ev[k], ev[k + 1]);
+        if (e == cudaSuccess) fn(user, p->ops[k].name, p->ops[k].stage, 1000.0 * ms);
+    }
+    for (int k = 0; k < made; k++) cudaEventDestroy(ev[k]);
+    free(ev);
+    if (rc) return op_failed(b, rc);
+    if (e != cudaSuccess) return fail(b, e, "profile");
+    rc = queue_output(b, i, n);
+    return rc ? rc : mimi_cuda_collect(b, output);
+}

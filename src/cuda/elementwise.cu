@@ -1,0 +1,91 @@
+/*
+ * elementwise.cu - per-element ops of the plans: bias (with ELU or a residual add), ELU, GELU,
+ * the (a, b) -> (b, a) transpose between the conv layout and the transformer's rows, and the
+ * end-of-step counter update. References: src/nn/ops_ref.c, src/nn/seanet.c.
+ *
+ * Additions and products use explicit round-to-nearest intrinsics where the CPU reference rounds
+ * each operation separately, so that no fused multiply-add changes the result.
+ */
+#include "common.cuh"
+
+// ---- bias, activations, residual ----
+
+// blockIdx.y walks the channels (one more for the row of ones of EW_ELU_ONES), x the columns.
+static __global__ void pointwise_kernel(const struct op_pointwise a) {
+    const int rows = a.channels + (a.mode == EW_ELU_ONES);
+    for (int c = blockIdx.y; c < rows; c += gridDim.y) {
+        float *y = a.y + (size_t)c * a.cols, *x = a.x ? a.x + (size_t)c * a.cols : NULL;
+        const float b = a.bias && c < a.channels ? a.bias[c] : 0.0f;
+        for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < a.cols; j += (size_t)gridDim.x * blockDim.x) {
+            float v = y[j];
+            switch (a.mode) {
+            case EW_BIAS: y[j] = __fadd_rn(v, b); break;
+            case EW_BIAS_ELU: y[j] = elu_f(__fadd_rn(v, b)); break;
+            case EW_RESIDUAL: x[j] = __fadd_rn(x[j], __fadd_rn(v, b)); break;
+            case EW_ELU: y[j] = elu_f(v); break;
+            case EW_ELU_ONES: y[j] = c < a.channels ? elu_f(v) : 1.0f; break;
+            // exact GELU: 0.5 x (1 + erf(x / sqrt 2)), as mimi_gelu
+            case EW_GELU: y[j] = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, erff(__fmul_rn(v, (float)0.70710678118654752440)))); break;
+            }
+        }
+    }
+}
+
+static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
+    const int rows = a->channels + (a->mode == EW_ELU_ONES);
+    dim3 grid(grid_for(a->cols, 256), rows < 65535 ? rows : 65535);
+    if (grid.x > 65535) grid.x = 65535;
+    pointwise_kernel<<<grid, 256, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "pointwise");
+}
+
+extern "C" int mimi_cuda_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
+    return launch_pointwise(a, ex);
+}
+
+// ---- transpose ----
+
+#define TILE 32
+
+// out (cols, rows) = in (rows, cols), through a padded shared tile (coalesced both ways).
+static __global__ void transpose_kernel(const struct op_transpose a) {
+    __shared__ float tile[TILE][TILE + 1];
+    const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
+    for (int dy = threadIdx.y; dy < TILE; dy += blockDim.y) {
+        int r = r0 + dy, c = c0 + threadIdx.x;
+        if (r < a.rows && c < a.cols) tile[dy][threadIdx.x] = a.in[(size_t)r * a.cols + c];
+    }
+    __syncthreads();
+    for (int dy = threadIdx.y; dy < TILE; dy += blockDim.y) {
+        int c = c0 + dy, r = r0 + threadIdx.x;
+        if (r < a.rows && c < a.cols) a.out[(size_t)c * a.rows + r] = tile[threadIdx.x][dy];
+    }
+}
+
+static int launch_transpose(const struct op_transpose *a, struct gpu_exec *ex) {
+    dim3 grid((a->cols + TILE - 1) / TILE, (a->rows + TILE - 1) / TILE), block(TILE, 8);
+    transpose_kernel<<<grid, block, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "transpose");
+}
+
+extern "C" int mimi_cuda_transpose(const struct op_transpose *a, struct gpu_exec *ex) {
+    return launch_transpose(a, ex);
+}
+
+// ---- end of step ----
+
+static __global__ void finish_kernel(const struct op_finish a) {
+    FOR_EACH(r, (size_t)a.R) {
+        int slot = a.row_slot[r];
+        if (slot < 0) continue;
+        a.next_pos[(size_t)slot * a.slot_stride] += a.steps;
+        a.started[(size_t)slot * a.slot_stride] = 1;
+    }
+}
+
+static int launch_finish(const struct op_finish *a, struct gpu_exec *ex) {
+    finish_kernel<<<grid_for((size_t)a->R, 128), 128, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "finish");
+}
+
+extern "C" int mimi_cuda_finish(const struct op_finish *a, struct gpu_exec *ex) { return launch_finish(a, ex); }

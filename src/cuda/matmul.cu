@@ -1,0 +1,148 @@
+/*
+ * matmul.cu - every matrix product of the plans (column-major, f32 in and out).
+ *
+ * Products with at most SKINNY_MAX columns on their small side (one stream's transformer rows,
+ * the late SEANet layers, the quantizer at small batch) read each weight once and are bound by
+ * memory bandwidth: a split-K kernel streams the weight rows with all warps of the chip and
+ * keeps the few small-side columns in registers. Everything else goes to cuBLAS. Strict mode
+ * accumulates in f32 with CUBLAS_COMPUTE_32F (no TF32); fast mode lets cuBLAS use TF32 tensor
+ * cores (CUBLAS_COMPUTE_32F_FAST_TF32: 10-bit mantissa inputs, f32 accumulation); the skinny
+ * kernel is f32 in both. The cuBLAS handle is the batch's, bound to its stream and its own
+ * workspace (cuda_batch.cu), so the calls can be captured into a graph.
+ * Reference: mimi_matmul_nt in src/nn/ops_ref.c.
+ */
+#include <cublas_v2.h>
+#include <stdint.h>
+
+#include "common.cuh"
+
+#define SKINNY_MAX 16
+#define SKINNY_WARPS 8
+
+// ---- skinny products ----
+
+// C[j*cj + s*cs] = sum_p w[j*wj + p] x[s*xs + p*xp] (+ beta C) for j < J, s < S <= SKINNY_MAX.
+struct skinny {
+    const float *w, *x;
+    float *c;
+    long long wj, xs, xp, cj, cs;
+    int J, S, K, split;  // split: warps sharing one j, each a contiguous share of p
+    float beta;
+    int wvec, xvec;      // 16-byte loads of w (and of x, when xp = 1) are aligned
+};
+
+// Four consecutive x values of column s from p.
+static __device__ __forceinline__ float4 x4(const struct skinny &a, int s, int p) {
+    const float *x = a.x + s * a.xs;
+    if (a.xvec) return *(const float4 *)(x + p);
+    return make_float4(x[p * a.xp], x[(p + 1) * a.xp], x[(p + 2) * a.xp], x[(p + 3) * a.xp]);
+}
+
+static __device__ __forceinline__ float4 w4(const struct skinny &a, const float *w, int p) {
+    if (a.wvec) return *(const float4 *)(w + p);
+    return make_float4(w[p], w[p + 1], w[p + 2], w[p + 3]);
+}
+
+static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+// A block holds SKINNY_WARPS warps: SKINNY_WARPS / split rows j, `split` warps per row. A lane
+// takes 4 consecutive p at a time, 4 groups per round (16 weights in flight per lane), and keeps
+// the S partial sums in registers; warps then reduce through shared memory.
+static __global__ void skinny_kernel(const struct skinny a) {
+    __shared__ float part[SKINNY_WARPS][SKINNY_MAX];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int rows = SKINNY_WARPS / a.split, jr = warp / a.split, ks = warp % a.split;
+    const int j = blockIdx.x * rows + jr;
+    float acc[SKINNY_MAX];
+#pragma unroll
+    for (int s = 0; s < SKINNY_MAX; s++) acc[s] = 0.0f;
+    const int share = ((a.K + a.split - 1) / a.split + 3) & ~3, p0 = ks * share;
+    const int p1 = p0 + share < a.K ? p0 + share : a.K;
+    if (j < a.J && p0 < p1) {
+        const float *w = a.w + (long long)j * a.wj;
+        int p = p0 + 4 * lane;
+        for (; p + 384 + 3 < p1; p += 512) {
+            float4 wv[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) wv[u] = w4(a, w, p + 128 * u);
+#pragma unroll
+            for (int s = 0; s < SKINNY_MAX; s++)
+                if (s < a.S)
+                    acc[s] += dot4(wv[0], x4(a, s, p)) + dot4(wv[1], x4(a, s, p + 128)) +
+                              dot4(wv[2], x4(a, s, p + 256)) + dot4(wv[3], x4(a, s, p + 384));
+        }
+        for (; p + 3 < p1; p += 128) {
+            float4 wv = w4(a, w, p);
+#pragma unroll
+            for (int s = 0; s < SKINNY_MAX; s++)
+                if (s < a.S) acc[s] += dot4(wv, x4(a, s, p));
+        }
+        // the last (p1 - p0) % 4 values, one per lane
+        int q = p1 - ((p1 - p0) & 3) + lane;
+        if (q < p1) {
+            float wq = w[q];
+#pragma unroll
+            for (int s = 0; s < SKINNY_MAX; s++)
+                if (s < a.S) acc[s] += wq * a.x[s * a.xs + q * a.xp];
+        }
+    }
+    // sum over the warp, then over the warps of one row
+#pragma unroll
+    for (int s = 0; s < SKINNY_MAX; s++) {
+        float v = acc[s];
+        for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) part[warp][s] = v;
+    }
+    __syncthreads();
+    if (ks == 0 && lane < a.S && j < a.J) {
+        float v = 0.0f;
+        for (int k = 0; k < a.split; k++) v += part[warp + k][lane];
+        float *c = a.c + (long long)j * a.cj + (long long)lane * a.cs;
+        *c = a.beta != 0.0f ? v + a.beta * *c : v;
+    }
+}
+
+// Maps a column-major product onto the skinny form when one side has few columns and the other
+// operand (the weights) is contiguous along k; 0 when it does not fit.
+static int as_skinny(const struct op_gemm *g, struct skinny *s) {
+    if (g->m <= SKINNY_MAX && !g->transa && !g->transb)  // convs: small A (m, k), weights B
+        *s = (struct skinny){g->b, g->a, g->c, g->ldb, 1, g->lda, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, 0, 0};
+    else if (g->m <= SKINNY_MAX && g->transa && !g->transb)  // decode projections: small A^T
+        *s = (struct skinny){g->b, g->a, g->c, g->ldb, g->lda, 1, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, 0, 0};
+    else if (g->n <= SKINNY_MAX && g->transa)  // linears: weights A^T, small B
+        *s = (struct skinny){g->a, g->b, g->c, g->lda, g->transb ? 1 : g->ldb, g->transb ? g->ldb : 1, 1, g->ldc,
+                             g->m, g->n, g->k, 1, g->beta, 0, 0};
+    else
+        return 0;
+    // split k so that every warp streams at least ~512 weights and the chip has enough in flight
+    s->split = s->K >= 8 * 512 ? 8 : s->K >= 4 * 512 ? 4 : s->K >= 2 * 512 ? 2 : 1;
+    s->wvec = s->wj % 4 == 0 && (uintptr_t)s->w % 16 == 0;
+    s->xvec = s->xp == 1 && s->xs % 4 == 0 && (uintptr_t)s->x % 16 == 0;
+    return 1;
+}
+
+static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
+    const int rows = SKINNY_WARPS / s->split;
+    skinny_kernel<<<(s->J + rows - 1) / rows, 32 * SKINNY_WARPS, 0, STREAM(ex)>>>(*s);
+    return launch_status(ex, "skinny product");
+}
+
+// ---- cuBLAS ----
+
+static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
+    struct skinny s;
+    if (as_skinny(g, &s)) return launch_skinny(&s, ex);
+    const float alpha = 1.0f, beta = g->beta;
+    cublasComputeType_t compute = ex->fast ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasStatus_t st = cublasGemmEx((cublasHandle_t)ex->cublas, g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a,
+                                     CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,
+                                     g->ldc, compute, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS) return MIMI_OK;
+    if (ex->errmsg)
+        snprintf(ex->errmsg, ex->errlen, "cublasGemmEx (%d x %d x %d): %s", g->m, g->n, g->k,
+                 cublasGetStatusString(st));
+    return MIMI_EDEVICE;
+}
+
+extern "C" int mimi_cuda_gemm(const struct op_gemm *g, struct gpu_exec *ex) { return launch_gemm(g, ex); }

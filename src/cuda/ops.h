@@ -1,0 +1,209 @@
+/*
+ * ops.h - the CUDA backend's operations: one argument struct and one extern "C" entry per op.
+ *
+ * Layout conventions shared by every op:
+ * - A step runs R "rows" (a power-of-two bucket of the listed slots). Row r belongs to the slot
+ *   row_slot[r]; row_slot[r] = -1 marks padding, which is computed but never touches state.
+ * - Activations are channel-major (C, R, T): channel c of row r at time t is x[(c*R + r)*T + t].
+ *   Inside the transformer rows are time-major (R*steps, d), row index r*steps + s.
+ * - Per-slot streaming state sits in one arena of 4-byte elements, one block per slot: a pointer
+ *   names slot 0's copy and slot s's copy is at that pointer + s * slot_stride.
+ * - Matrix products go through cuBLAS in column-major terms (struct op_gemm).
+ *
+ * Each entry launches its kernel(s) on ex->stream and returns MIMI_OK, or MIMI_EDEVICE with a
+ * message in ex->errmsg; entries never synchronise. The CPU emulator in tests/test_gpu_plan.c
+ * runs the same structs with plain loops: it is the definition of what each op computes.
+ */
+#ifndef MIMI_CUDA_OPS_H
+#define MIMI_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Where and how ops run: the batch's stream and cuBLAS handle, and the precision mode.
+struct gpu_exec {
+    void *stream;   // cudaStream_t
+    void *cublas;   // cublasHandle_t bound to `stream`
+    int fast;       // 1: TF32 tensor cores for matrix products
+    char *errmsg;   // receives the failure text
+    size_t errlen;
+};
+
+// ---- conv1d.cu ----
+
+// col (c_in*K + ones, R*T_out) from [history | f(x)] per row, f = ELU when `elu`:
+// col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k), xin = [hist (H) | f(x) (T)]; with `ones`, a
+// last row of 1.0 multiplies the bias column appended to the weights (the bias is in the product).
+// A padding row sees a zero history; a slot not yet started with `replicate` sees copies of
+// its first column f(x[i, r, 0]) as history.
+struct op_im2col {
+    const float *x;          // (c_in, R, T)
+    float *col;              // (c_in*K + ones, R*T/S)
+    const float *hist;       // slot 0's history (c_in, H); NULL when H = 0
+    const int32_t *started;  // slot 0's started flag
+    const int32_t *row_slot; // (R)
+    size_t slot_stride;
+    int c_in, K, S, H, T, R, elu, replicate, ones;
+};
+int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
+
+// hist = the last H columns of [hist | f(x)] for every non-padding row (same fields as im2col;
+// col, K and S unused).
+int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
+
+// ---- matmul.cu ----
+
+// Column-major C (m, n) = op(A) op(B) + beta C, op = transpose when trans*, f32 accumulation.
+struct op_gemm {
+    int transa, transb, m, n, k;
+    const float *a;
+    int lda;
+    const float *b;
+    int ldb;
+    float *c;
+    int ldc;
+    float beta;
+};
+int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
+
+// ---- elementwise.cu ----
+
+enum {
+    EW_BIAS = 0,      // y[c, j] += bias[c]
+    EW_BIAS_ELU = 1,  // y[c, j] = elu(y[c, j] + bias[c])
+    EW_RESIDUAL = 2,  // x[c, j] += y[c, j] + bias[c]   (bias may be NULL)
+    EW_ELU = 3,       // y = elu(y)
+    EW_GELU = 4,      // y = gelu(y), exact erf form
+    EW_ELU_ONES = 5,  // y = elu(y), and row `channels` of y (one past the last) = 1.0
+};
+
+// y, x: (channels, cols).
+struct op_pointwise {
+    float *y;
+    float *x;
+    const float *bias;  // (channels) or NULL
+    int channels;
+    size_t cols;
+    int mode;
+};
+int mimi_cuda_pointwise(const struct op_pointwise *a, struct gpu_exec *ex);
+
+// out (cols, rows) = in (rows, cols) transposed.
+struct op_transpose {
+    const float *in;
+    float *out;
+    int rows, cols;
+};
+int mimi_cuda_transpose(const struct op_transpose *a, struct gpu_exec *ex);
+
+// End of a step: next_pos += steps and started = 1 for every non-padding row's slot.
+struct op_finish {
+    int32_t *next_pos, *started;  // slot 0's
+    const int32_t *row_slot;
+    size_t slot_stride;
+    int R, steps;
+};
+int mimi_cuda_finish(const struct op_finish *a, struct gpu_exec *ex);
+
+// ---- convtr1d.cu ----
+
+// ConvTranspose1d output: y[o, r, j] (j < S*T) = bias[o] + sum over t*S + k = j of tap(o, k, r, t)
+// + tail[o, j] (j < P = K - S), tap = taps[(o*K + k), r*T + t] (dense) or w[o*K + k] * x[o, r, t]
+// (depthwise, taps NULL). The tail step then stores, per row, the columns S*T .. S*T+P-1 of the
+// full output without the bias.
+struct op_convtr {
+    const float *taps;       // (c_out*K, R*T) or NULL
+    const float *x;          // depthwise input (c_out, R, T)
+    const float *w;          // depthwise weight (c_out, K)
+    const float *bias;       // (c_out) or NULL
+    float *y;                // (c_out, R, S*T)
+    float *tail;             // slot 0's tail (c_out, P)
+    const int32_t *row_slot; // (R)
+    size_t slot_stride;
+    int c_out, K, S, T, R;
+};
+int mimi_cuda_convtr_out(const struct op_convtr *a, struct gpu_exec *ex);
+int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);
+
+// ---- norm.cu ----
+
+enum {
+    NORM_LN = 0,        // out = LN(x)
+    NORM_RESID_LN = 1,  // x += scale * y; out = LN(x)
+    NORM_RESID = 2,     // x += scale * y
+};
+
+// Rows of d values: x, y, out (rows, d); LayerNorm with biased variance accumulated in double.
+struct op_norm {
+    float *x;
+    const float *y, *scale;  // residual branch and its layer scale (d)
+    float *out;
+    const float *w, *b;      // LayerNorm weight and bias (d)
+    int rows, d, mode;
+    float eps;
+};
+int mimi_cuda_norm(const struct op_norm *a, struct gpu_exec *ex);
+
+// ---- attention.cu ----
+
+// One transformer layer's attention over the per-slot rings (spec 5.4). Query row r*steps + s of
+// slot row_slot[r] has absolute position next_pos + s; it sees ring entry j when
+// 0 <= pos - positions[j] < context (positions[j] = -1 marks an empty entry).
+struct op_attention {
+    float *qkv;                // (R*steps, 3d): q | k | v per row
+    float *out;                // (R*steps, d)
+    float *keys, *values;      // slot 0's ring of this layer (ring, d)
+    int32_t *positions;        // slot 0's position ring (ring)
+    int32_t *next_pos;         // slot 0's position counter
+    const int32_t *row_slot;   // (R)
+    const float *freq;         // (head_dim/2) rotary frequencies
+    size_t slot_stride;
+    int R, steps, d, n_heads, head_dim, ring, context;
+};
+// Marks the step's positions in each slot's position ring (once per step, before layer 0).
+int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec *ex);
+// Rotates q and k of every row in place and stores k and v in the slot's ring.
+int mimi_cuda_rope_kv(const struct op_attention *a, struct gpu_exec *ex);
+// out = softmax(q k^T / sqrt(head_dim)) v per head over the window.
+int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
+
+// ---- rvq.cu ----
+
+// codes[r * code_stride] = argmin_j norms[j] - 2 scores[r, j] (lowest index on ties); when
+// `residual` is set, residual[r] -= book[code].
+struct op_argmin {
+    const float *scores;  // (R, bins)
+    const float *norms;   // (bins)
+    const float *book;    // (bins, dim)
+    float *residual;      // (R, dim) or NULL
+    int32_t *codes;
+    int code_stride, R, bins, dim;
+};
+int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
+
+// Decode lookup: e0[r] = book_0[codes[r, 0]], sum[r] = sum_{q >= 1} book_q[codes[r, q]]. A row
+// holding a code outside [0, bins) becomes padding (row_slot[r] = -1, zeros) and sets *error.
+struct op_gather {
+    const int32_t *codes;  // (R, n_cb)
+    const float *books;    // (n_q, bins, dim)
+    float *e0, *sum;       // (R, dim)
+    int32_t *row_slot;     // (R), written for bad rows
+    int32_t *error;        // set to 1 on a bad code
+    int R, n_cb, bins, dim;
+};
+int mimi_cuda_gather(const struct op_gather *a, struct gpu_exec *ex);
+
+// dst (R, n_cb) = src[offset + r*stride + q] for r < n, zeros for n <= r < R (codes that another
+// component left in device memory).
+int mimi_cuda_copy_codes(int32_t *dst, const int32_t *src, int64_t offset, int64_t stride, int n,
+                         int R, int n_cb, struct gpu_exec *ex);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

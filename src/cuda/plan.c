@@ -1,0 +1,562 @@
+/*
+ * plan.c - builds the GPU backend's static per-frame plans from the model description.
+ *
+ * A plan is the ordered op list of one step of one direction for R rows, with every pointer and
+ * size fixed: the CUDA backend captures it once per row bucket as a graph, the emulator in
+ * tests/test_gpu_plan.c interprets it on the CPU. Geometry comes from the layer tables
+ * (internal.h); nothing here assumes Mimi's particular sizes. The op semantics are in ops.h,
+ * the CPU reference of the layers in src/nn/.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+#define ALIGN_ELEMS 32  // 128-byte alignment of every buffer
+
+static size_t take(size_t *used, size_t n) {
+    size_t off = (*used + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
+    *used = off + n;
+    return off;
+}
+
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+int gpu_bucket(int n, int capacity) {
+    int r = 1;
+    while (r < n) r *= 2;
+    return r < capacity ? r : capacity;
+}
+
+size_t gpu_stage_input_offset(int R) { return ((size_t)R + 1 + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS; }
+
+// ---- weights ----
+
+#define MAP(dst, src, n)                                    \
+    do {                                                    \
+        if ((src) && !rc) {                                 \
+            (dst) = map(ctx, (src), (size_t)(n));           \
+            if (!(dst)) rc = MIMI_ENOMEM;                   \
+        }                                                   \
+    } while (0)
+
+static int depthwise(const struct mimi_conv *c) { return c->groups == c->c_in && c->groups == c->c_out; }
+
+// The geometry the plans cover; logs the first thing they do not.
+static int check_model(const struct mimi_model *m) {
+    const struct transformer *trs[2] = {&m->enc_tr, &m->dec_tr};
+    for (int i = 0; i < 2; i++) {
+        const struct transformer *t = trs[i];
+        if (t->n_layers > GPU_MAX_LAYERS || t->head_dim > GPU_MAX_HEAD_DIM || t->head_dim % 4 ||
+            t->d_model % 4 || (t->head_dim <= 128 && (t->head_dim / 4 & (t->head_dim / 4 - 1)))) {
+            mimi_log(m, MIMI_LOG_ERROR, "cuda: transformer geometry (%d layers, head dim %d) not supported",
+                     t->n_layers, t->head_dim);
+            return MIMI_EUNSUPPORTED;
+        }
+    }
+    const struct seanet *sns[2] = {&m->encoder, &m->decoder};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < sns[i]->n_layers; j++) {
+            const struct seanet_layer *l = &sns[i]->layers[j];
+            if (l->kind == SEANET_ELU) continue;
+            const struct mimi_conv *c = &l->conv;
+            int ok = c->kernel >= c->stride && (c->groups == 1 || (c->transposed && depthwise(c)));
+            if (!ok || (j == 0 && l->kind != SEANET_CONV)) {
+                mimi_log(m, MIMI_LOG_ERROR, "cuda: SEANet layer %d (kernel %d, stride %d, groups %d) not supported",
+                         j, c->kernel, c->stride, c->groups);
+                return MIMI_EUNSUPPORTED;
+            }
+        }
+    if (m->downsample.groups != 1 || !depthwise(&m->upsample) ||
+        m->downsample.kernel < m->downsample.stride) {
+        mimi_log(m, MIMI_LOG_ERROR, "cuda: resampling convs not supported");
+        return MIMI_EUNSUPPORTED;
+    }
+    return MIMI_OK;
+}
+
+// Rotary frequencies exactly as mimi_rope computes them: exp(i * (-ln(max_period) * 2 / hd)).
+static void rope_table(float *out, const struct transformer *t) {
+    float step = (float)(-log((double)t->max_period) * 2.0 / t->head_dim);
+    for (int i = 0; i < t->head_dim / 2; i++) out[i] = expf((float)i * step);
+}
+
+int gpu_conv_ld(int k) { return (k + 3) & ~3; }
+
+// A conv's weight (c_out, c_in*K) with its bias appended as column c_in*K (zeros without bias),
+// so that the product over an im2col matrix with a row of ones adds the bias. Rows are padded
+// with zeros to gpu_conv_ld(c_in*K + 1) floats (16-byte aligned rows).
+static const float *map_with_bias(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
+    const size_t ck = (size_t)c->c_in * c->kernel, ld = (size_t)gpu_conv_ld((int)ck + 1);
+    float *packed = calloc(ld * c->c_out, sizeof(float));
+    if (!packed || w->n_owned == (int)(sizeof w->owned / sizeof w->owned[0])) {
+        free(packed);
+        return NULL;
+    }
+    w->owned[w->n_owned++] = packed;
+    for (int o = 0; o < c->c_out; o++) {
+        memcpy(packed + o * ld, c->weight + o * ck, sizeof(float) * ck);
+        packed[o * ld + ck] = c->bias ? c->bias[o] : 0.0f;
+    }
+    return map(ctx, packed, ld * c->c_out);
+}
+
+static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, gpu_map_fn map,
+                       void *ctx) {
+    for (int i = 0; i < s->n_layers; i++) {
+        const struct seanet_layer *l = &s->layers[i];
+        const struct mimi_conv *c = &l->conv;
+        if (l->kind == SEANET_ELU) continue;
+        if (l->kind == SEANET_CONVTR) {
+            // a dense transposed conv runs as one product with its packed (c_out*K, c_in) weight
+            int rc = MIMI_OK;
+            MAP(out[i].w, c->groups == 1 ? c->weight_t : c->weight, (size_t)c->c_out * c->kernel * (c->groups == 1 ? c->c_in : 1));
+            MAP(out[i].b, c->bias, c->c_out);
+            if (rc) return rc;
+            continue;
+        }
+        out[i].w = map_with_bias(w, c, map, ctx);
+        if (l->kind == SEANET_RESBLOCK) out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
+        if (!out[i].w || (l->kind == SEANET_RESBLOCK && !out[i].w2)) return MIMI_ENOMEM;
+    }
+    return MIMI_OK;
+}
+
+void gpu_weights_release(struct gpu_weights *w) {
+    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    w->n_owned = 0;
+}
+
+static int bind_transformer(struct gpu_layer_w *out, const struct transformer *t, gpu_map_fn map,
+                            void *ctx) {
+    int rc = MIMI_OK;
+    const size_t d = (size_t)t->d_model, ff = (size_t)t->d_ff;
+    for (int l = 0; l < t->n_layers; l++) {
+        const struct transformer_layer *w = &t->layers[l];
+        MAP(out[l].norm1_w, w->norm1_w, d);
+        MAP(out[l].norm1_b, w->norm1_b, d);
+        MAP(out[l].in_proj, w->in_proj, 3 * d * d);
+        MAP(out[l].out_proj, w->out_proj, d * d);
+        MAP(out[l].norm2_w, w->norm2_w, d);
+        MAP(out[l].norm2_b, w->norm2_b, d);
+        MAP(out[l].linear1, w->linear1, ff * d);
+        MAP(out[l].linear2, w->linear2, d * ff);
+        MAP(out[l].scale1, w->scale1, d);
+        MAP(out[l].scale2, w->scale2, d);
+    }
+    return rc;
+}
+
+int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_fn map, void *ctx) {
+    int rc = check_model(m);
+    if (rc) return rc;
+    gpu_weights_release(w);  // `w` is zeroed or bound before
+    memset(w, 0, sizeof *w);
+    rope_table(w->freq_host[0], &m->enc_tr);
+    rope_table(w->freq_host[1], &m->dec_tr);
+    rc = bind_seanet(w, w->enc, &m->encoder, map, ctx);
+    if (!rc) rc = bind_seanet(w, w->dec, &m->decoder, map, ctx);
+    if (!rc) rc = bind_transformer(w->enc_tr, &m->enc_tr, map, ctx);
+    if (!rc) rc = bind_transformer(w->dec_tr, &m->dec_tr, map, ctx);
+    MAP(w->enc_freq, w->freq_host[0], m->enc_tr.head_dim / 2);
+    MAP(w->dec_freq, w->freq_host[1], m->dec_tr.head_dim / 2);
+    const struct mimi_conv *dn = &m->downsample, *up = &m->upsample;
+    MAP(w->down, dn->weight, (size_t)dn->c_out * dn->c_in * dn->kernel);
+    MAP(w->up, up->weight, (size_t)up->c_out * up->kernel);
+    const struct quantizer *q = &m->quantizer;
+    if (q->n_q > 0) {
+        size_t proj = (size_t)q->dim * q->latent;
+        MAP(w->in_first, q->in_first, proj);
+        MAP(w->in_rest, q->in_rest, proj);
+        MAP(w->out_first, q->out_first, proj);
+        MAP(w->out_rest, q->out_rest, proj);
+        MAP(w->codebooks, q->codebooks, (size_t)q->n_q * q->bins * q->dim);
+        MAP(w->norms, q->norms, (size_t)q->n_q * q->bins);
+    } else {
+        MAP(w->projection, q->projection, (size_t)q->latent * m->frame_dim);
+    }
+    return rc;
+}
+
+// ---- layout ----
+
+int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direction, int capacity,
+                    int n_codebooks, int attention) {
+    memset(L, 0, sizeof *L);
+    if (check_model(m)) return MIMI_EUNSUPPORTED;
+    const int encode = direction == MIMI_DIRECTION_ENCODE, codes = m->quantizer.n_q > 0;
+    const struct seanet *sn = encode ? &m->encoder : &m->decoder;
+    const struct transformer *tr = encode ? &m->enc_tr : &m->dec_tr;
+    const struct quantizer *q = &m->quantizer;
+    const size_t C = (size_t)capacity;
+    L->direction = direction;
+    L->capacity = capacity;
+    L->n_codebooks = n_codebooks;
+    L->attention = attention;
+    L->steps = m->steps_per_frame;
+    L->frame = m->frame_size;
+    L->d = m->latent_dim;
+    L->frame_dim = m->frame_dim;
+    L->ring = attention == MIMI_ATTENTION_RING && !m->exact_window ? tr->context : tr->context + L->steps;
+    L->in_per_row = encode ? L->frame : codes ? n_codebooks : L->frame_dim;
+    L->out_per_row = encode ? (codes ? n_codebooks : L->frame_dim) : L->frame;
+
+    // per-slot state: counters, position ring, conv histories and tails, KV rings
+    size_t u = 0;
+    L->st_next_pos = take(&u, 1);
+    L->st_started = take(&u, 1);
+    L->st_positions = take(&u, (size_t)L->ring);
+    size_t act = 0, res0 = 0, res1 = 0, col = 0, taps = 0;
+    int T = encode ? L->frame : L->steps;
+    for (int i = 0; i < sn->n_layers; i++) {
+        const struct seanet_layer *l = &sn->layers[i];
+        const struct mimi_conv *c = &l->conv;
+        const int K = c->kernel, S = c->stride;
+        if (l->kind == SEANET_CONV) {
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
+            T /= S;
+            col = maxz(col, ((size_t)c->c_in * K + 1) * T);
+            act = maxz(act, (size_t)c->c_out * T);
+        } else if (l->kind == SEANET_CONVTR) {
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S));
+            if (c->groups == 1) taps = maxz(taps, (size_t)c->c_out * K * T);
+            T *= S;
+            act = maxz(act, (size_t)c->c_out * T);
+        } else if (l->kind == SEANET_RESBLOCK) {
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
+            col = maxz(col, ((size_t)c->c_in * K + 1) * T);
+            res1 = maxz(res1, ((size_t)c->c_out + 1) * T);
+            res0 = maxz(res0, (size_t)c->c_in * T);
+        }
+    }
+    if (T != (encode ? L->steps : L->frame)) {
+        mimi_log(m, MIMI_LOG_ERROR, "cuda: SEANet %s gives %d steps per frame", encode ? "encoder" : "decoder", T);
+        return MIMI_EUNSUPPORTED;
+    }
+    const struct mimi_conv *rs = encode ? &m->downsample : &m->upsample;
+    const int P = rs->kernel - rs->stride;
+    if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
+    if (encode) col = maxz(col, ((size_t)rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
+    for (int l = 0; l < tr->n_layers; l++) {
+        L->st_keys[l] = take(&u, (size_t)L->ring * L->d);
+        L->st_values[l] = take(&u, (size_t)L->ring * L->d);
+    }
+    L->slot_elems = take(&u, 0);
+
+    // scratch for `capacity` rows
+    const size_t rows = C * L->steps, d = (size_t)L->d;
+    size_t s = 0;
+    L->sc_stage = take(&s, gpu_stage_input_offset(capacity) + C * L->in_per_row);
+    L->sc_out = take(&s, C * L->out_per_row);
+    L->sc_act[0] = take(&s, act * C);
+    L->sc_act[1] = take(&s, act * C);
+    L->sc_res[0] = take(&s, res0 * C);
+    L->sc_res[1] = take(&s, res1 * C);
+    L->sc_col = take(&s, col * C);
+    L->sc_taps = take(&s, taps * C);
+    L->sc_x = take(&s, rows * d);
+    L->sc_h = take(&s, rows * d);
+    L->sc_y = take(&s, rows * d);
+    L->sc_qkv = take(&s, rows * 3 * d);
+    L->sc_att = take(&s, rows * d);
+    L->sc_ff = take(&s, rows * tr->d_ff);
+    L->sc_tr_in = take(&s, rows * d);
+    L->sc_tr_out = take(&s, rows * d);
+    L->sc_latent = take(&s, maxz(d, (size_t)L->frame_dim) * C);
+    if (codes) {
+        L->sc_r = take(&s, C * q->dim);
+        L->sc_scores = take(&s, C * q->bins);
+        L->sc_e0 = take(&s, C * q->dim);
+        L->sc_sum = take(&s, C * q->dim);
+    }
+    L->scratch_elems = take(&s, 0);
+    return MIMI_OK;
+}
+
+// ---- builder ----
+
+struct builder {
+    struct gpu_plan *p;
+    const struct gpu_layout *L;
+    const struct mimi_model *m;
+    float *state, *scratch;
+    const int32_t *row_slot;
+    int32_t *started, *next_pos;
+    const char *stage;
+    int R, rc;
+    struct gpu_op sink;  // absorbs ops once building failed
+};
+
+static struct gpu_op *emit(struct builder *B, int kind, const char *name) {
+    struct gpu_plan *p = B->p;
+    if (!B->rc && p->n_ops == p->cap_ops) {
+        int cap = p->cap_ops ? 2 * p->cap_ops : 128;
+        struct gpu_op *ops = realloc(p->ops, sizeof *ops * (size_t)cap);
+        if (!ops) B->rc = MIMI_ENOMEM;
+        else {
+            p->ops = ops;
+            p->cap_ops = cap;
+        }
+    }
+    struct gpu_op *op = B->rc ? &B->sink : &p->ops[p->n_ops++];
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    op->name = name;
+    op->stage = B->stage;
+    return op;
+}
+
+static float *scratch(struct builder *B, size_t off) { return B->scratch + off; }
+static float *state(struct builder *B, size_t off) { return B->state + off; }
+
+// Row-major Y = W X products and the transformer's linears are all this one column-major call.
+static void gemm(struct builder *B, int ta, int tb, int m, int n, int k, const float *a, int lda,
+                 const float *b, int ldb, float *c, int ldc, float beta) {
+    struct op_gemm *g = &emit(B, GOP_GEMM, "sgemm")->u.gemm;
+    *g = (struct op_gemm){ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta};
+}
+
+static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
+                      size_t cols) {
+    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu"};
+    struct op_pointwise *a = &emit(B, GOP_POINTWISE, names[mode])->u.pointwise;
+    *a = (struct op_pointwise){y, x, bias, channels, cols, mode};
+}
+
+static void transpose(struct builder *B, const float *in, float *out, int rows, int cols) {
+    struct op_transpose *t = &emit(B, GOP_TRANSPOSE, "transpose")->u.transpose;
+    *t = (struct op_transpose){in, out, rows, cols};
+}
+
+// ---- convolutions ----
+
+// y (c_out, R, T/S) = conv(f(x)) over [history | f(x)], f = ELU when `elu`. With `with_bias`, W
+// carries the bias as its last column (c_out, c_in*K + 1) and im2col adds the row of ones.
+static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, int with_bias,
+                      const float *x, float *y, int T, int elu, float *hist) {
+    const int K = c->kernel, S = c->stride, H = K - S, To = T / S, N = B->R * To;
+    const int ck = c->c_in * K + with_bias;
+    // im2col (ck, N) from [hist | f(x)], then carry the newest H columns into hist
+    struct op_im2col a = {x, scratch(B, B->L->sc_col), H > 0 ? hist : NULL, B->started,
+                          B->row_slot, B->L->slot_elems, c->c_in, K, S, H, T, B->R, elu,
+                          c->replicate_first, with_bias};
+    emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
+    if (H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
+    gemm(B, 0, 0, N, c->c_out, ck, a.col, N, W, with_bias ? gpu_conv_ld(ck) : ck, y, N, 0.0f);
+}
+
+// y (c_out, R, S*T) = convtr(x (c_in, R, T)), carrying each slot's tail.
+static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *bias,
+                        const float *x, float *y, int T, float *tail) {
+    const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
+    struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
+                          B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
+    // taps (c_out*K, N) = W_packed (c_out*K, c_in) . x (c_in, N)
+    if (dense) gemm(B, 0, 0, N, c->c_out * K, c->c_in, x, N, W, c->c_in, (float *)a.taps, N, 0.0f);
+    emit(B, GOP_CONVTR_OUT, "convtr_out")->u.convtr = a;
+    if (K > S) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
+}
+
+// x (c, R, T) += conv1x1(elu(conv_k(elu(x)))), in place: the second product accumulates into x
+// (beta = 1), its bias riding on a row of ones written after the hidden activations.
+static void plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
+                          float *x, int T, float *hist) {
+    const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
+    float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
+    plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist);
+    pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N);
+    gemm(B, 0, 0, N, c, hid + 1, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);
+}
+
+// Runs a SEANet stack over x (c_in, R, T); returns its output (c_out, R, T_out).
+static float *plan_seanet(struct builder *B, const struct seanet *s, const struct gpu_conv_w *w,
+                          const float *x, int T) {
+    float *act[2] = {scratch(B, B->L->sc_act[0]), scratch(B, B->L->sc_act[1])};
+    float *in = NULL;  // the current activation once a layer wrote one (x itself is read-only)
+    int cur = 0, pending_elu = 0;
+    for (int i = 0; i < s->n_layers; i++) {
+        const struct seanet_layer *l = &s->layers[i];
+        const struct mimi_conv *c = &l->conv;
+        const float *src = in ? in : x;
+        float *mem = B->L->st_conv[i] ? state(B, B->L->st_conv[i]) : NULL;
+        switch (l->kind) {
+        case SEANET_ELU:
+            // folded into the next conv's im2col when there is one, else applied in place
+            if (i + 1 < s->n_layers && s->layers[i + 1].kind == SEANET_CONV) pending_elu = 1;
+            else if (in) pointwise(B, EW_ELU, in, NULL, NULL, 1, (size_t)l->channels_out * B->R * T);
+            else B->rc = MIMI_EUNSUPPORTED;
+            break;
+        case SEANET_CONV:
+            plan_conv(B, c, w[i].w, 1, src, act[cur], T, pending_elu, mem);
+            pending_elu = 0;
+            in = act[cur];
+            cur ^= 1;
+            T /= c->stride;
+            break;
+        case SEANET_CONVTR:
+            plan_convtr(B, c, w[i].w, w[i].b, src, act[cur], T, mem);
+            in = act[cur];
+            cur ^= 1;
+            T *= c->stride;
+            break;
+        case SEANET_RESBLOCK:
+            if (in) plan_resblock(B, l, &w[i], in, T, mem);
+            else B->rc = MIMI_EUNSUPPORTED;
+            break;
+        }
+    }
+    return in;
+}
+
+// ---- transformer ----
+
+// in (d, R*steps) -> out (d, R*steps) through every layer, with the slots' KV rings.
+static void plan_transformer(struct builder *B, const struct transformer *t, const struct gpu_layer_w *lw,
+                             const float *freq, const float *in, float *out) {
+    const struct gpu_layout *L = B->L;
+    const int d = t->d_model, rows = B->R * L->steps, ff = t->d_ff;
+    float *x = scratch(B, L->sc_x), *h = scratch(B, L->sc_h), *y = scratch(B, L->sc_y);
+    float *qkv = scratch(B, L->sc_qkv), *att = scratch(B, L->sc_att), *f = scratch(B, L->sc_ff);
+    struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
+                                B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
+                                t->head_dim, L->ring, t->context};
+    emit(B, GOP_POSITIONS, "positions")->u.attention = base;
+    transpose(B, in, x, d, rows);
+    struct op_norm n = {x, NULL, NULL, h, lw[0].norm1_w, lw[0].norm1_b, rows, d, NORM_LN, 1e-5f};
+    emit(B, GOP_NORM, "layernorm")->u.norm = n;
+    for (int l = 0; l < t->n_layers; l++) {
+        const struct gpu_layer_w *w = &lw[l];
+        // qkv (rows, 3d) = h . in_proj^T; rotate, store k and v, attend
+        gemm(B, 1, 0, 3 * d, rows, d, w->in_proj, d, h, d, qkv, 3 * d, 0.0f);
+        struct op_attention a = base;
+        a.keys = state(B, L->st_keys[l]);
+        a.values = state(B, L->st_values[l]);
+        emit(B, GOP_ROPE_KV, "rope_kv")->u.attention = a;
+        emit(B, GOP_ATTENTION, "attention")->u.attention = a;
+        // x += scale1 * (att . out_proj^T); h = LN2(x)
+        gemm(B, 1, 0, d, rows, d, w->out_proj, d, att, d, y, d, 0.0f);
+        n = (struct op_norm){x, y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, 1e-5f};
+        emit(B, GOP_NORM, "residual_layernorm")->u.norm = n;
+        // x += scale2 * (gelu(h . linear1^T) . linear2^T); h = LN1 of the next layer
+        gemm(B, 1, 0, ff, rows, d, w->linear1, d, h, d, f, ff, 0.0f);
+        pointwise(B, EW_GELU, f, NULL, NULL, 1, (size_t)rows * ff);
+        gemm(B, 1, 0, d, rows, ff, w->linear2, ff, f, ff, y, d, 0.0f);
+        int last = l + 1 == t->n_layers;
+        n = (struct op_norm){x, y, w->scale2, h, last ? NULL : lw[l + 1].norm1_w,
+                             last ? NULL : lw[l + 1].norm1_b, rows, d, last ? NORM_RESID : NORM_RESID_LN, 1e-5f};
+        emit(B, GOP_NORM, last ? "residual" : "residual_layernorm")->u.norm = n;
+    }
+    transpose(B, x, out, rows, d);
+}
+
+// ---- quantizer ----
+
+// latent (d, R) -> codes (R, n_cb) at `codes`.
+static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const struct gpu_weights *w,
+                            const float *latent, int32_t *codes) {
+    const struct gpu_layout *L = B->L;
+    const int R = B->R, D = q->latent, dim = q->dim, bins = q->bins, n_cb = L->n_codebooks;
+    float *r = scratch(B, L->sc_r), *scores = scratch(B, L->sc_scores);
+    for (int k = 0; k < n_cb; k++) {
+        // r (R, dim) = latent^T . in^T: the semantic level and the first acoustic level project
+        if (k < 2) gemm(B, 1, 1, dim, R, D, k ? w->in_rest : w->in_first, D, latent, R, r, dim, 0.0f);
+        const float *book = w->codebooks + (size_t)k * bins * dim;
+        // scores (R, bins) = r . book^T; nearest entry; the acoustic levels subtract it
+        gemm(B, 1, 0, bins, R, dim, book, dim, r, dim, scores, bins, 0.0f);
+        struct op_argmin *a = &emit(B, GOP_ARGMIN, "argmin")->u.argmin;
+        *a = (struct op_argmin){scores, w->norms + (size_t)k * bins, book, k ? r : NULL, codes + k,
+                                n_cb, R, bins, dim};
+    }
+}
+
+// codes (R, n_cb) in the stage -> latent (d, R).
+static void plan_rvq_decode(struct builder *B, const struct quantizer *q, const struct gpu_weights *w,
+                            const int32_t *codes, float *latent) {
+    const struct gpu_layout *L = B->L;
+    const int R = B->R, dim = q->dim, n_cb = L->n_codebooks;
+    float *e0 = scratch(B, L->sc_e0), *sum = scratch(B, L->sc_sum);
+    struct op_gather *g = &emit(B, GOP_GATHER, "gather")->u.gather;
+    *g = (struct op_gather){codes, w->codebooks, e0, sum, B->p->stage, B->p->stage + R, R, n_cb, q->bins, dim};
+    // latent (d, R) = out_first . e0^T (+ out_rest . sum^T)
+    gemm(B, 1, 0, R, q->latent, dim, e0, dim, w->out_first, dim, latent, R, 0.0f);
+    if (n_cb > 1) gemm(B, 1, 0, R, q->latent, dim, sum, dim, w->out_rest, dim, latent, R, 1.0f);
+}
+
+// ---- whole steps ----
+
+static void set_tap(struct gpu_plan *p, int i, const char *name, const float *buf, int channels, int steps) {
+    p->tap_names[i] = name;
+    p->taps[i] = buf;
+    p->tap_channels[i] = channels;
+    p->tap_steps[i] = steps;
+}
+
+static void plan_encode(struct builder *B, const struct gpu_weights *w) {
+    const struct mimi_model *m = B->m;
+    const struct gpu_layout *L = B->L;
+    struct gpu_plan *p = B->p;
+    B->stage = "enc.seanet";
+    const float *sea = plan_seanet(B, &m->encoder, w->enc, p->input, L->frame);
+    if (!sea) B->rc = MIMI_EUNSUPPORTED;
+    B->stage = "enc.transformer";
+    float *tr = scratch(B, L->sc_tr_out), *latent = scratch(B, L->sc_latent);
+    if (sea) plan_transformer(B, &m->enc_tr, w->enc_tr, w->enc_freq, sea, tr);
+    B->stage = "enc.downsample";
+    plan_conv(B, &m->downsample, w->down, 0, tr, latent, L->steps, 0, state(B, L->st_resample));
+    B->stage = "enc.quantizer";
+    if (m->quantizer.n_q > 0) plan_rvq_encode(B, &m->quantizer, w, latent, p->output);
+    else transpose(B, latent, p->output, L->frame_dim, B->R);
+    set_tap(p, 0, "enc_seanet", sea, L->d, L->steps);
+    set_tap(p, 1, "enc_transformer", tr, L->d, L->steps);
+    set_tap(p, 2, "latent", latent, L->frame_dim, 1);
+}
+
+static void plan_decode(struct builder *B, const struct gpu_weights *w) {
+    const struct mimi_model *m = B->m;
+    const struct gpu_layout *L = B->L;
+    struct gpu_plan *p = B->p;
+    float *latent = scratch(B, L->sc_latent), *up = scratch(B, L->sc_tr_in);
+    float *tr = scratch(B, L->sc_tr_out);
+    B->stage = "dec.quantizer";
+    if (m->quantizer.n_q > 0) plan_rvq_decode(B, &m->quantizer, w, p->input, latent);
+    else gemm(B, 1, 0, B->R, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
+              latent, B->R, 0.0f);
+    B->stage = "dec.upsample";
+    plan_convtr(B, &m->upsample, w->up, NULL, latent, up, 1, state(B, L->st_resample));
+    B->stage = "dec.transformer";
+    plan_transformer(B, &m->dec_tr, w->dec_tr, w->dec_freq, up, tr);
+    B->stage = "dec.seanet";
+    p->output = plan_seanet(B, &m->decoder, w->dec, tr, L->steps);
+    set_tap(p, 0, "dec_latent", latent, L->d, 1);
+    set_tap(p, 1, "dec_upsample", up, L->d, L->steps);
+    set_tap(p, 2, "dec_transformer", tr, L->d, L->steps);
+}
+
+int gpu_plan_build(struct gpu_plan *p, const struct gpu_layout *L, const struct mimi_model *m,
+                   const struct gpu_weights *w, float *state_base, float *scratch_base, int R) {
+    memset(p, 0, sizeof *p);
+    struct builder B = {.p = p, .L = L, .m = m, .state = state_base, .scratch = scratch_base, .R = R};
+    p->R = R;
+    p->stage = (int32_t *)(scratch_base + L->sc_stage);
+    p->input = scratch_base + L->sc_stage + gpu_stage_input_offset(R);
+    p->stage_bytes = sizeof(float) * (gpu_stage_input_offset(R) + (size_t)R * L->in_per_row);
+    p->output = scratch_base + L->sc_out;
+    B.row_slot = p->stage;
+    B.next_pos = (int32_t *)(state_base + L->st_next_pos);
+    B.started = (int32_t *)(state_base + L->st_started);
+    if (L->direction == MIMI_DIRECTION_ENCODE) plan_encode(&B, w);
+    else plan_decode(&B, w);
+    B.stage = "step";
+    struct op_finish *f = &emit(&B, GOP_FINISH, "finish")->u.finish;
+    *f = (struct op_finish){B.next_pos, B.started, B.row_slot, L->slot_elems, R, L->steps};
+    if (!B.rc && !p->output) B.rc = MIMI_EUNSUPPORTED;
+    if (B.rc) gpu_plan_free(p);
+    return B.rc;
+}
+
+void gpu_plan_free(struct gpu_plan *p) {
+    if (!p) return;
+    free(p->ops);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,133 @@
+/*
+ * plan.h - static per-frame plans for the GPU backend: the weights as the device sees them, the
+ * layout of per-slot state and per-batch scratch, and the ordered op list of one step.
+ *
+ * Plain C with no CUDA dependency: the CUDA backend builds plans over device memory and captures
+ * them as graphs; tests/test_gpu_plan.c builds the same plans over host memory and runs them with
+ * a CPU emulator of each op (ops.h). Every size comes from the model description (internal.h).
+ */
+#ifndef MIMI_CUDA_PLAN_H
+#define MIMI_CUDA_PLAN_H
+
+#include "internal.h"
+#include "ops.h"
+
+#define GPU_MAX_LAYERS 16
+#define GPU_MAX_HEAD_DIM 256
+
+// ---- weights ----
+
+// Row stride of a conv weight with its bias column: k = c_in*K + 1 rounded up to 4 floats.
+int gpu_conv_ld(int k);
+
+// One SEANet layer's weights: a conv with its bias as an extra column (c_out, gpu_conv_ld(c_in*K + 1)), a
+// dense transposed conv packed (c_out*K, c_in) with its bias `b`, or a depthwise one (c, K);
+// `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1).
+struct gpu_conv_w {
+    const float *w, *b, *w2;
+};
+
+struct gpu_layer_w {
+    const float *norm1_w, *norm1_b, *in_proj, *out_proj;
+    const float *norm2_w, *norm2_b, *linear1, *linear2, *scale1, *scale2;
+};
+
+// Every tensor a plan reads, as pointers in the executing memory (device, or host for the
+// emulator). Filled by gpu_weights_bind through a mapping callback.
+struct gpu_weights {
+    struct gpu_conv_w enc[MIMI_MAX_SEANET_LAYERS], dec[MIMI_MAX_SEANET_LAYERS];
+    struct gpu_layer_w enc_tr[GPU_MAX_LAYERS], dec_tr[GPU_MAX_LAYERS];
+    const float *enc_freq, *dec_freq;  // (head_dim/2) rotary frequencies
+    const float *down, *up;            // (frame_dim, d*K) and depthwise (d, K)
+    const float *in_first, *in_rest, *out_first, *out_rest;  // quantizer projections
+    const float *codebooks, *norms;    // (n_q, bins, dim), (n_q, bins)
+    const float *projection;           // (d, frame_dim) when the model has no quantizer
+    float freq_host[2][GPU_MAX_HEAD_DIM / 2];  // the rotary tables before mapping
+    float *owned[4 * MIMI_MAX_SEANET_LAYERS];   // host copies made for mapping (packed convs)
+    int n_owned;
+};
+
+// Returns where `n` floats at `host` live for the executor (or NULL on failure).
+typedef const float *(*gpu_map_fn)(void *ctx, const float *host, size_t n);
+
+// Maps every tensor of `m` through `map`; `w` must be zeroed or bound before. Returns MIMI_OK or MIMI_EUNSUPPORTED (a geometry the
+// plans do not cover; the reason goes to the model's log) or MIMI_ENOMEM (map failed).
+int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_fn map, void *ctx);
+
+// Frees the host copies bind made (after an uploading map, or when an identity map is done).
+void gpu_weights_release(struct gpu_weights *w);
+
+// ---- layout ----
+
+// Offsets are in 4-byte elements. State offsets are inside one slot's block; scratch offsets are
+// inside the batch's scratch, sized for `capacity` rows.
+struct gpu_layout {
+    int direction, capacity, n_codebooks, attention;
+    int ring, steps, frame, d, frame_dim, in_per_row, out_per_row;
+    size_t slot_elems;
+    size_t st_next_pos, st_started, st_positions, st_resample;
+    size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];
+    size_t scratch_elems;
+    size_t sc_stage, sc_out, sc_act[2], sc_res[2], sc_col, sc_taps;
+    size_t sc_x, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
+    size_t sc_r, sc_scores, sc_e0, sc_sum;
+};
+
+// Sizes state and scratch for a batch. Returns MIMI_OK or MIMI_EUNSUPPORTED.
+int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direction, int capacity,
+                    int n_codebooks, int attention);
+
+// Where the input of a step with R rows sits in the stage: row_slot (R), an error flag, then
+// the input rows.
+size_t gpu_stage_input_offset(int R);
+
+// ---- plans ----
+
+enum gpu_op_kind {
+    GOP_IM2COL, GOP_CARRY, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
+    GOP_CONVTR_TAIL, GOP_NORM, GOP_POSITIONS, GOP_ROPE_KV, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
+};
+
+struct gpu_op {
+    int kind;
+    const char *name;   // the op ("im2col", "sgemm", ...)
+    const char *stage;  // the part of the codec ("enc.seanet", "dec.transformer", ...)
+    union {
+        struct op_im2col im2col;
+        struct op_gemm gemm;
+        struct op_pointwise pointwise;
+        struct op_transpose transpose;
+        struct op_finish finish;
+        struct op_convtr convtr;
+        struct op_norm norm;
+        struct op_attention attention;
+        struct op_argmin argmin;
+        struct op_gather gather;
+    } u;
+};
+
+#define GPU_N_TAPS 3
+
+// One direction's step for R rows over fixed buffers.
+struct gpu_plan {
+    struct gpu_op *ops;
+    int n_ops, cap_ops, R;
+    int32_t *stage;        // row_slot (R), error flag at stage[R], input at the stage input offset
+    void *input;           // (R, in_per_row): pcm floats, codes int32 or latent floats
+    size_t stage_bytes;    // bytes of the host-to-device copy
+    void *output;          // (R, out_per_row): codes int32, latent floats or pcm floats
+    const float *taps[GPU_N_TAPS];  // (channels, R * steps) each
+    const char *tap_names[GPU_N_TAPS];
+    int tap_channels[GPU_N_TAPS], tap_steps[GPU_N_TAPS];
+};
+
+// Builds the step for R rows (R <= capacity) over `state` (capacity slot blocks) and `scratch`.
+// Returns MIMI_OK, MIMI_ENOMEM or MIMI_EUNSUPPORTED.
+int gpu_plan_build(struct gpu_plan *p, const struct gpu_layout *L, const struct mimi_model *m,
+                   const struct gpu_weights *w, float *state, float *scratch, int R);
+void gpu_plan_free(struct gpu_plan *p);
+
+// Row buckets: the smallest power of two >= n, capped at the capacity.
+int gpu_bucket(int n, int capacity);
+
+#endif

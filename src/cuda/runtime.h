@@ -1,0 +1,18 @@
+/*
+ * runtime.h - the CUDA backend's model object, shared by cuda_backend.cu (which creates it) and
+ * cuda_batch.cu (which reads the weights through it). C-compatible; never installed.
+ */
+#ifndef MIMI_CUDA_RUNTIME_H
+#define MIMI_CUDA_RUNTIME_H
+
+#include "plan.h"
+
+// A model's weights on one device, uploaded once and shared by every batch of the model.
+struct mimi_cuda_model {
+    int device;
+    float *weights;        // one device allocation holding every tensor
+    size_t n_floats;
+    struct gpu_weights w;  // pointers into `weights`
+};
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * gpu.h - what the library (mimi.c, model.c, batch.c, backend.c) calls of the CUDA backend.
+ * Implemented in src/cuda/ when the library is built with MIMI_CUDA, and by src/cuda_stub.c
+ * (every entry reports MIMI_EUNSUPPORTED) otherwise. Never installed.
+ *
+ * A CUDA batch is an ordinary struct mimi_batch whose `gpu` field is set: slot bookkeeping and
+ * argument checks stay in batch.c, the streaming state and the arithmetic live on the device.
+ */
+#ifndef MIMI_GPU_H
+#define MIMI_GPU_H
+
+#include "mimi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mimi_model;
+struct mimi_batch;
+struct mimi_batch_params;
+
+// Number of usable CUDA devices (0 when none, or when built without CUDA).
+int mimi_cuda_device_count(void);
+
+// Uploads the model's weights to m->device and sets m->cuda. MIMI_OK, MIMI_EUNSUPPORTED (no
+// such device, or a geometry the plans do not cover) or MIMI_EDEVICE; details go to the log.
+int mimi_cuda_model_init(struct mimi_model *m);
+// Frees m->cuda (NULL allowed).
+void mimi_cuda_model_free(struct mimi_model *m);
+
+// Creates a batch whose slots live on the device: state, scratch, the plans of every row bucket
+// captured as graphs. Checks on `params` are the caller's. NULL with *err on failure.
+struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
+                                          const struct mimi_batch_params *params, int *err);
+// Frees the device side of a batch (b->gpu); the caller frees the rest.
+void mimi_cuda_batch_free(struct mimi_batch *b);
+// Returns a slot to its just-created state (queued on the batch's stream).
+int mimi_cuda_slot_reset(struct mimi_batch *b, int slot);
+
+// Queues one step of the n listed slots (checked by the caller) and returns at once. `input` is
+// n rows of pcm (encode), codes (decode) or latents (decode of a model without quantizer).
+int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, const void *input);
+// Like mimi_cuda_submit for a decode batch whose codes are in device memory:
+// code q of listed slot k is codes[offset + k * stride + q]. `wait_stream` (a cudaStream_t or
+// NULL) is waited on, on the device, before the codes are read.
+int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots, const int32_t *codes,
+                                  int64_t offset, int64_t stride, void *wait_stream);
+// One synchronous step: submit, then collect into `output`.
+int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output);
+
+// Waits for the submitted step and copies its n rows out (codes, latents or pcm). Runs the taps.
+// MIMI_OK, MIMI_EINVAL (a device code out of range: that slot did not advance), MIMI_ESTATE
+// (nothing submitted, or poisoned) or MIMI_EDEVICE.
+int mimi_cuda_collect(struct mimi_batch *b, void *output);
+// 1 while a submitted step has not been collected.
+int mimi_cuda_pending(const struct mimi_batch *b);
+
+// Runs one step op by op, timing each; fn gets (user, op, stage, microseconds) per op.
+int mimi_cuda_profile(struct mimi_batch *b, int n, const int *slots, const void *input, void *output,
+                      mimi_profile_fn fn, void *user);
+
+// The batch's cudaStream_t (NULL for a CPU batch).
+void *mimi_cuda_stream(const struct mimi_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,357 @@
+/*
+ * test_gpu.c - the CUDA backend against the CPU backend and against itself (label gpu; exits 77
+ * without a device). Reference parity on the GPU is test_golden with its `cuda` argument.
+ *
+ * Cases: streaming encode and decode, GPU vs CPU (codes, taps, PCM); batch slots stepped in
+ * subsets vs lone GPU streams; reset; submit/collect vs synchronous steps; decode from codes in
+ * device memory (offset and stride, a bad code that must not advance its slot); the per-op
+ * profile; the fast (TF32) mode's fidelity, measured and printed.
+ *
+ * usage: test_gpu
+ */
+#include "mimi.h"
+#include "safetensors.h"
+#include "test.h"
+#ifdef MIMI_TEST_CUDA_RUNTIME
+#include <cuda_runtime_api.h>
+#endif
+
+#define FRAME 1920
+#define N_Q 8
+#define FRAMES 24
+#define TOL 1e-4
+
+static struct mimi_model *cpu, *gpu, *gpu_fast;
+static float *clip;  // dev_speech_en, at least FRAMES + 3 * 7 frames
+static int64_t clip_frames;
+
+// ---- helpers ----
+
+static struct mimi_model *load(int backend, int precision) {
+    struct mimi_model_params mp;
+    mimi_model_params_default(&mp);
+    mp.backend = backend;
+    mp.precision = precision;
+    int rc;
+    struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
+    if (!m) SKIP("no synthetic model or no device: %s", mimi_strerror(rc));
+    return m;
+}
+
+// Taps accumulated over a stream: (channels, steps) per name, steps appended.
+#define N_TAPS 3
+struct taps {
+    const char *names[N_TAPS];
+    float *data[N_TAPS];
+    int channels[N_TAPS], steps[N_TAPS], cap;
+};
+
+static void on_tap(void *user, const char *name, const float *data, int channels, int steps) {
+    struct taps *t = user;
+    for (int i = 0; i < N_TAPS; i++) {
+        if (strcmp(name, t->names[i])) continue;
+        if (!t->data[i]) t->data[i] = calloc((size_t)channels * t->cap, sizeof(float));
+        t->channels[i] = channels;
+        for (int c = 0; c < channels; c++)
+            for (int s = 0; s < steps && t->steps[i] + s < t->cap; s++)
+                t->data[i][(size_t)c * t->cap + t->steps[i] + s] = data[(size_t)c * steps + s];
+        t->steps[i] += steps;
+    }
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) { return test_rel_l2(a, b, n); }
+
+// Streams FRAMES frames of the clip through an encoder of `m`; codes (FRAMES, N_Q).
+static void encode_stream(struct mimi_model *m, int32_t *codes, struct taps *t) {
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    if (t) {
+        sp.tap = on_tap;
+        sp.tap_user = t;
+    }
+    struct mimi_encoder *e = mimi_encoder_create(m, &sp, NULL);
+    CHECK(e != NULL);
+    if (!e) return;
+    for (int f = 0; f < FRAMES; f++) CHECK_EQ(mimi_encoder_step(e, clip + (size_t)f * FRAME, codes + f * N_Q), MIMI_OK);
+    mimi_encoder_destroy(e);
+}
+
+static void decode_stream(struct mimi_model *m, const int32_t *codes, float *pcm) {
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    struct mimi_decoder *d = mimi_decoder_create(m, &sp, NULL);
+    CHECK(d != NULL);
+    if (!d) return;
+    for (int f = 0; f < FRAMES; f++) CHECK_EQ(mimi_decoder_step(d, codes + f * N_Q, pcm + (size_t)f * FRAME), MIMI_OK);
+    mimi_decoder_destroy(d);
+}
+
+static double code_agreement(const int32_t *a, const int32_t *b, int n, int *semantic_equal) {
+    int eq = 0;
+    *semantic_equal = 1;
+    for (int i = 0; i < n; i++) {
+        eq += a[i] == b[i];
+        if (i % N_Q == 0 && a[i] != b[i]) *semantic_equal = 0;
+    }
+    return (double)eq / n;
+}
+
+// ---- GPU vs CPU ----
+
+static void test_vs_cpu(void) {
+    static int32_t codes_cpu[FRAMES * N_Q], codes_gpu[FRAMES * N_Q];
+    static float pcm_cpu[FRAMES * FRAME], pcm_gpu[FRAMES * FRAME];
+    struct taps tc = {{"enc_seanet", "enc_transformer", "latent"}, {0}, {0}, {0}, FRAMES * 2};
+    struct taps tg = tc;
+    encode_stream(cpu, codes_cpu, &tc);
+    encode_stream(gpu, codes_gpu, &tg);
+    int sem;
+    double agree = code_agreement(codes_gpu, codes_cpu, FRAMES * N_Q, &sem);
+    printf("  gpu vs cpu encode: codes equal %.4f, semantic %s\n", agree, sem ? "all equal" : "DIFFER");
+    CHECK(agree >= 0.995);
+    CHECK(sem);
+    for (int i = 0; i < N_TAPS; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "gpu vs cpu tap %s", tc.names[i]);
+        CHECK(tg.steps[i] == tc.steps[i] && tc.data[i] && tg.data[i]);
+        if (tc.data[i] && tg.data[i]) CHECK_REL_L2(tg.data[i], tc.data[i], (size_t)tc.channels[i] * tc.cap, TOL, label);
+        free(tc.data[i]);
+        free(tg.data[i]);
+    }
+    decode_stream(cpu, codes_cpu, pcm_cpu);
+    decode_stream(gpu, codes_cpu, pcm_gpu);
+    CHECK_REL_L2(pcm_gpu, pcm_cpu, (size_t)FRAMES * FRAME, TOL, "gpu vs cpu decode pcm");
+    // fast mode: measured, printed, held to a loose bound only
+    static int32_t codes_fast[FRAMES * N_Q];
+    static float pcm_fast[FRAMES * FRAME];
+    encode_stream(gpu_fast, codes_fast, NULL);
+    decode_stream(gpu_fast, codes_cpu, pcm_fast);
+    agree = code_agreement(codes_fast, codes_cpu, FRAMES * N_Q, &sem);
+    double e = rel_l2(pcm_fast, pcm_cpu, (size_t)FRAMES * FRAME);
+    printf("  fast (TF32) vs cpu: codes equal %.4f, semantic %s, decode pcm rel_l2 %.3e\n", agree,
+           sem ? "all equal" : "differ", e);
+    CHECK(agree >= 0.5 && e < 0.1);
+}
+
+// ---- batches ----
+
+#define SLOTS 3
+#define CAPACITY 5
+
+// Slot s reads the clip from frame 7 s; slot 1 skips step 2, slot 0 skips steps 3 and 4.
+static void test_batch_vs_lone(void) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = CAPACITY;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *enc = mimi_batch_create(gpu, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = mimi_batch_create(gpu, &bp, NULL);
+    CHECK(enc && dec);
+    if (!enc || !dec) return;
+    for (int s = 0; s < SLOTS; s++) {
+        CHECK_EQ(mimi_batch_open(enc), s);
+        CHECK_EQ(mimi_batch_open(dec), s);
+    }
+    enum { F = 8 };
+    static int32_t codes[SLOTS][F][N_Q];
+    static float pcm[SLOTS][F][FRAME];
+    int done[SLOTS] = {0};
+    for (int step = 0; step < F + 2; step++) {
+        int list[SLOTS], n = 0;
+        static float in[SLOTS * FRAME], pout[SLOTS * FRAME];
+        int32_t out[SLOTS * N_Q];
+        for (int s = SLOTS - 1; s >= 0; s--) {
+            if (done[s] == F || (s == 1 && step == 2) || (s == 0 && (step == 3 || step == 4))) continue;
+            memcpy(in + n * FRAME, clip + ((size_t)s * 7 + done[s]) * FRAME, sizeof(float) * FRAME);
+            list[n++] = s;
+        }
+        if (!n) continue;
+        CHECK_EQ(mimi_batch_encode(enc, n, list, in, out), MIMI_OK);
+        CHECK_EQ(mimi_batch_decode(dec, n, list, out, pout), MIMI_OK);
+        for (int k = 0; k < n; k++) {
+            memcpy(codes[list[k]][done[list[k]]], out + k * N_Q, sizeof out[0] * N_Q);
+            memcpy(pcm[list[k]][done[list[k]]], pout + k * FRAME, sizeof(float) * FRAME);
+            done[list[k]]++;
+        }
+    }
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    int equal = 0, total = 0;
+    double worst = 0;
+    for (int s = 0; s < SLOTS; s++) {
+        struct mimi_encoder *e = mimi_encoder_create(gpu, &sp, NULL);
+        struct mimi_decoder *d = mimi_decoder_create(gpu, &sp, NULL);
+        for (int f = 0; f < F; f++) {
+            int32_t c[N_Q];
+            static float p[FRAME];
+            CHECK_EQ(mimi_encoder_step(e, clip + ((size_t)s * 7 + f) * FRAME, c), MIMI_OK);
+            for (int q = 0; q < N_Q; q++) equal += c[q] == codes[s][f][q];
+            total += N_Q;
+            // the lone decoder takes the batch's codes, so PCM compares like for like
+            CHECK_EQ(mimi_decoder_step(d, codes[s][f], p), MIMI_OK);
+            double err = rel_l2(pcm[s][f], p, FRAME);
+            if (err > worst) worst = err;
+        }
+        mimi_encoder_destroy(e);
+        mimi_decoder_destroy(d);
+    }
+    printf("  batch slots vs lone streams: codes equal %d/%d, worst frame pcm rel_l2 %.3e\n", equal, total, worst);
+    CHECK(equal >= total * 995 / 1000);
+    CHECK(worst <= 1e-5);
+    // reset: slot 2 starts over and matches a fresh stream's first frame
+    CHECK_EQ(mimi_batch_reset(enc, 2), MIMI_OK);
+    int slot = 2;
+    int32_t again[N_Q];
+    CHECK_EQ(mimi_batch_encode(enc, 1, &slot, clip + (size_t)14 * FRAME, again), MIMI_OK);
+    CHECK(memcmp(again, codes[2][0], sizeof again) == 0);
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+}
+
+// ---- asynchronous steps ----
+
+static void test_async(void) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = 2;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *a = mimi_batch_create(gpu, &bp, NULL), *b = mimi_batch_create(gpu, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *da = mimi_batch_create(gpu, &bp, NULL), *db = mimi_batch_create(gpu, &bp, NULL);
+    CHECK(a && b && da && db);
+    if (!a || !b || !da || !db) return;
+    int slots[2] = {0, 1};
+    for (int s = 0; s < 2; s++) {
+        CHECK_EQ(mimi_batch_open(a), s);
+        CHECK_EQ(mimi_batch_open(b), s);
+        CHECK_EQ(mimi_batch_open(da), s);
+        CHECK_EQ(mimi_batch_open(db), s);
+    }
+    int32_t dummy[2 * N_Q];
+    CHECK_EQ(mimi_batch_collect(a, dummy), MIMI_ESTATE);
+    int same_codes = 1, same_pcm = 1;
+    for (int f = 0; f < 4; f++) {
+        static float in[2 * FRAME], pa[2 * FRAME], pb[2 * FRAME];
+        int32_t ca[2 * N_Q], cb[2 * N_Q];
+        memcpy(in, clip + (size_t)f * FRAME, sizeof(float) * FRAME);
+        memcpy(in + FRAME, clip + (size_t)(f + 30) * FRAME, sizeof(float) * FRAME);
+        CHECK_EQ(mimi_batch_encode(a, 2, slots, in, ca), MIMI_OK);
+        CHECK_EQ(mimi_batch_submit_encode(b, 2, slots, in), MIMI_OK);
+        CHECK_EQ(mimi_batch_submit_encode(b, 2, slots, in), MIMI_ESTATE);  // one outstanding step
+        CHECK_EQ(mimi_batch_collect(b, cb), MIMI_OK);
+        same_codes &= memcmp(ca, cb, sizeof ca) == 0;
+        CHECK_EQ(mimi_batch_decode(da, 2, slots, ca, pa), MIMI_OK);
+#ifdef MIMI_TEST_CUDA_RUNTIME
+        // the same codes from device memory, laid out as an LM token buffer: 1 text + 8 audio
+        int32_t host[2 * 9], *dev = NULL;
+        for (int k = 0; k < 2; k++) {
+            host[k * 9] = 77;
+            memcpy(host + k * 9 + 1, ca + k * N_Q, sizeof(int32_t) * N_Q);
+        }
+        CHECK_EQ(cudaMalloc((void **)&dev, sizeof host), cudaSuccess);
+        CHECK_EQ(cudaMemcpy(dev, host, sizeof host, cudaMemcpyHostToDevice), cudaSuccess);
+        CHECK_EQ(mimi_batch_submit_decode_device(db, 2, slots, dev, 1, 9, NULL), MIMI_OK);
+        CHECK_EQ(mimi_batch_collect(db, pb), MIMI_OK);
+        cudaFree(dev);
+#else
+        CHECK_EQ(mimi_batch_submit_decode(db, 2, slots, ca), MIMI_OK);
+        CHECK_EQ(mimi_batch_collect(db, pb), MIMI_OK);
+#endif
+        same_pcm &= memcmp(pa, pb, sizeof pa) == 0;
+    }
+    printf("  submit/collect vs synchronous: codes %s, decode from device codes %s\n", same_codes ? "identical" : "DIFFER",
+           same_pcm ? "identical" : "DIFFER");
+    CHECK(same_codes);
+    CHECK(same_pcm);
+#ifdef MIMI_TEST_CUDA_RUNTIME
+    // a bad code in device memory: that slot does not advance, the other does
+    int32_t host[2 * N_Q], *dev = NULL;
+    for (int i = 0; i < 2 * N_Q; i++) host[i] = i * 37 % 2048;
+    host[N_Q + 3] = 5000;
+    static float pa[2 * FRAME], pb[2 * FRAME];
+    CHECK_EQ(cudaMalloc((void **)&dev, sizeof host), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(dev, host, sizeof host, cudaMemcpyHostToDevice), cudaSuccess);
+    CHECK_EQ(mimi_batch_submit_decode_device(db, 2, slots, dev, 0, N_Q, NULL), MIMI_OK);
+    CHECK_EQ(mimi_batch_collect(db, pb), MIMI_EINVAL);
+    printf("  bad device code: %s\n", mimi_batch_errmsg(db));
+    cudaFree(dev);
+    CHECK_EQ(mimi_batch_decode(da, 1, slots, host, pa), MIMI_OK);  // slot 0 advances in both
+    // next step: both slots again, the twins must still agree (slot 1 did not advance in either)
+    for (int i = 0; i < N_Q; i++) host[N_Q + i] = (i * 11 + 5) % 2048;
+    CHECK_EQ(mimi_batch_decode(da, 2, slots, host, pa), MIMI_OK);
+    CHECK_EQ(mimi_batch_decode(db, 2, slots, host, pb), MIMI_OK);
+    CHECK_REL_L2(pb, pa, 2 * FRAME, 1e-5, "after a bad device code, twin batches");
+#endif
+    mimi_batch_destroy(a);
+    mimi_batch_destroy(b);
+    mimi_batch_destroy(da);
+    mimi_batch_destroy(db);
+}
+
+// ---- profile ----
+
+struct prof {
+    int ops;
+    double total;
+};
+
+static void on_op(void *user, const char *op, const char *stage, double us) {
+    struct prof *p = user;
+    (void)op;
+    (void)stage;
+    p->ops++;
+    p->total += us;
+}
+
+static void test_profile(void) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *enc = mimi_batch_create(gpu, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = mimi_batch_create(gpu, &bp, NULL);
+    CHECK(enc && dec);
+    if (!enc || !dec) return;
+    int slot = mimi_batch_open(enc);
+    CHECK_EQ(mimi_batch_open(dec), 0);
+    int32_t codes[N_Q];
+    static float pcm[FRAME];
+    struct prof pe = {0}, pd = {0};
+    CHECK_EQ(mimi_batch_profile(enc, 1, &slot, clip, codes, on_op, &pe), MIMI_OK);
+    CHECK_EQ(mimi_batch_profile(dec, 1, &slot, codes, pcm, on_op, &pd), MIMI_OK);
+    printf("  profile: encode %d ops %.1f us, decode %d ops %.1f us\n", pe.ops, pe.total, pd.ops, pd.total);
+    CHECK(pe.ops > 50 && pd.ops > 50 && pe.total > 0 && pd.total > 0);
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+}
+
+int main(int argc, char **argv) {
+    test_init(argc, argv);
+    if (!mimi_backend_available(MIMI_BACKEND_CUDA)) SKIP("no CUDA device");
+    cpu = load(MIMI_BACKEND_CPU, MIMI_PRECISION_STRICT);
+    gpu = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_STRICT);
+    gpu_fast = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST);
+    CHECK(strcmp(mimi_model_backend_name(gpu), "cuda") == 0);
+    struct st_file refs;
+    char err[256];
+    if (st_open(&refs, MIMI_TEST_DATA "/refs_seed0.safetensors", err, sizeof err)) return 1;
+    const struct st_tensor *t = st_find(&refs, "dev_speech_en.pcm_in");
+    clip = malloc(sizeof(float) * t->n_elements);
+    if (!clip || st_to_f32(t, clip)) return 1;
+    clip_frames = t->n_elements / FRAME;
+    st_close(&refs);
+    if (clip_frames < FRAMES + 30) SKIP("clip too short");
+    test_vs_cpu();
+    test_batch_vs_lone();
+    test_async();
+    test_profile();
+    free(clip);
+    mimi_model_destroy(gpu_fast);
+    mimi_model_destroy(gpu);
+    mimi_model_destroy(cpu);
+    return test_summary();
+}

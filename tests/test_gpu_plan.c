@@ -1,0 +1,450 @@
+/*
+ * test_gpu_plan.c - the GPU backend's static plans, run on the CPU.
+ *
+ * Builds the same op lists the CUDA backend captures (src/cuda/plan.c) over host memory and
+ * interprets them with plain loops, one function per op (this file is the reference of what each
+ * op in src/cuda/ops.h computes). A batch of slots stepped with subsets of its slots must give
+ * what the CPU backend gives: this checks the plan's layouts, state handling, row buckets and
+ * matrix-product arguments on any machine, with no GPU.
+ *
+ * usage: test_gpu_plan
+ */
+#include "mimi.h"
+#include "cuda/plan.h"
+#include "safetensors.h"
+#include "test.h"
+
+#define SLOTS 3
+#define CAP 5  // emulated capacity: 3 listed slots run in a bucket of 4 rows with one padding row
+#define FRAMES 5
+#define N_Q 8
+
+static int32_t slot_of(const int32_t *row_slot, int r) { return row_slot[r]; }
+static float elu(float x) { return x > 0.0f ? x : expm1f(x); }
+
+// ---- op interpreters ----
+
+// [hist | f(x)] at column j for row r, channel i.
+static float xin(const struct op_im2col *a, int i, int r, int j) {
+    int slot = slot_of(a->row_slot, r);
+    const float *xr = a->x + ((size_t)i * a->R + r) * a->T;
+    if (j >= a->H) return a->elu ? elu(xr[j - a->H]) : xr[j - a->H];
+    if (slot < 0) return 0.0f;
+    if (a->replicate && !a->started[(size_t)slot * a->slot_stride]) return a->elu ? elu(xr[0]) : xr[0];
+    return a->hist[(size_t)slot * a->slot_stride + (size_t)i * a->H + j];
+}
+
+static void emu_im2col(const struct op_im2col *a) {
+    const int To = a->T / a->S;
+    const size_t N = (size_t)a->R * To;
+    if (a->ones)
+        for (size_t n = 0; n < N; n++) a->col[(size_t)a->c_in * a->K * N + n] = 1.0f;
+    for (int i = 0; i < a->c_in; i++)
+        for (int k = 0; k < a->K; k++)
+            for (int r = 0; r < a->R; r++)
+                for (int t = 0; t < To; t++)
+                    a->col[((size_t)i * a->K + k) * N + (size_t)r * To + t] = xin(a, i, r, t * a->S + k);
+}
+
+static void emu_carry(const struct op_im2col *a) {
+    for (int r = 0; r < a->R; r++) {
+        int slot = slot_of(a->row_slot, r);
+        if (slot < 0) continue;
+        float *h = (float *)a->hist + (size_t)slot * a->slot_stride;
+        // ascending: column j reads column T + j > j, not yet overwritten
+        for (int i = 0; i < a->c_in; i++)
+            for (int j = 0; j < a->H; j++) h[(size_t)i * a->H + j] = xin(a, i, r, a->T + j);
+    }
+}
+
+static void emu_gemm(const struct op_gemm *g) {
+    // op(A) rows and op(B) columns packed contiguous, then one dot per output
+    float *pa = malloc(sizeof(float) * (size_t)g->m * g->k), *pb = malloc(sizeof(float) * (size_t)g->n * g->k);
+    for (int i = 0; i < g->m; i++)
+        for (int p = 0; p < g->k; p++)
+            pa[(size_t)i * g->k + p] = g->transa ? g->a[p + (size_t)i * g->lda] : g->a[i + (size_t)p * g->lda];
+    for (int j = 0; j < g->n; j++)
+        for (int p = 0; p < g->k; p++)
+            pb[(size_t)j * g->k + p] = g->transb ? g->b[j + (size_t)p * g->ldb] : g->b[p + (size_t)j * g->ldb];
+    for (int j = 0; j < g->n; j++)
+        for (int i = 0; i < g->m; i++) {
+            const float *x = pa + (size_t)i * g->k, *y = pb + (size_t)j * g->k;
+            float s = 0.0f;
+            for (int p = 0; p < g->k; p++) s += x[p] * y[p];
+            float *c = g->c + i + (size_t)j * g->ldc;
+            *c = g->beta != 0.0f ? s + g->beta * *c : s;
+        }
+    free(pa);
+    free(pb);
+}
+
+static void emu_pointwise(const struct op_pointwise *a) {
+    if (a->mode == EW_ELU_ONES)
+        for (size_t j = 0; j < a->cols; j++) a->y[(size_t)a->channels * a->cols + j] = 1.0f;
+    for (int c = 0; c < a->channels; c++)
+        for (size_t j = 0; j < a->cols; j++) {
+            size_t i = (size_t)c * a->cols + j;
+            float b = a->bias ? a->bias[c] : 0.0f, v = a->y[i];
+            switch (a->mode) {
+            case EW_BIAS: a->y[i] = v + b; break;
+            case EW_BIAS_ELU: a->y[i] = elu(v + b); break;
+            case EW_RESIDUAL: a->x[i] += v + b; break;
+            case EW_ELU:
+            case EW_ELU_ONES: a->y[i] = elu(v); break;
+            case EW_GELU: a->y[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); break;
+            }
+        }
+}
+
+static void emu_transpose(const struct op_transpose *a) {
+    for (int i = 0; i < a->rows; i++)
+        for (int j = 0; j < a->cols; j++) a->out[(size_t)j * a->rows + i] = a->in[(size_t)i * a->cols + j];
+}
+
+static void emu_finish(const struct op_finish *a) {
+    for (int r = 0; r < a->R; r++) {
+        int slot = slot_of(a->row_slot, r);
+        if (slot < 0) continue;
+        a->next_pos[(size_t)slot * a->slot_stride] += a->steps;
+        a->started[(size_t)slot * a->slot_stride] = 1;
+    }
+}
+
+// Full-output column q (0 <= q < S*T + P) of row r, channel o, without bias and tail.
+static float convtr_col(const struct op_convtr *a, int o, int r, int q) {
+    float v = 0.0f;
+    const size_t N = (size_t)a->R * a->T;
+    for (int t = 0; t < a->T; t++) {
+        int k = q - t * a->S;
+        if (k < 0 || k >= a->K) continue;
+        v += a->taps ? a->taps[((size_t)o * a->K + k) * N + (size_t)r * a->T + t]
+                     : a->w[(size_t)o * a->K + k] * a->x[((size_t)o * a->R + r) * a->T + t];
+    }
+    return v;
+}
+
+static void emu_convtr_out(const struct op_convtr *a) {
+    const int P = a->K - a->S, L = a->S * a->T;
+    for (int o = 0; o < a->c_out; o++)
+        for (int r = 0; r < a->R; r++) {
+            int slot = slot_of(a->row_slot, r);
+            const float *tail = a->tail + (size_t)(slot < 0 ? 0 : slot) * a->slot_stride + (size_t)o * P;
+            for (int j = 0; j < L; j++) {
+                float v = (a->bias ? a->bias[o] : 0.0f) + convtr_col(a, o, r, j);
+                if (j < P && slot >= 0) v += tail[j];
+                a->y[((size_t)o * a->R + r) * L + j] = v;
+            }
+        }
+}
+
+static void emu_convtr_tail(const struct op_convtr *a) {
+    const int P = a->K - a->S, L = a->S * a->T;
+    for (int o = 0; o < a->c_out; o++)
+        for (int r = 0; r < a->R; r++) {
+            int slot = slot_of(a->row_slot, r);
+            if (slot < 0) continue;
+            float *tail = a->tail + (size_t)slot * a->slot_stride + (size_t)o * P;
+            float b = a->bias ? a->bias[o] : 0.0f;
+            for (int j = 0; j < P; j++) {
+                float v = b + convtr_col(a, o, r, L + j);
+                if (L + j < P) v += tail[L + j];
+                tail[j] = v - b;
+            }
+        }
+}
+
+static void emu_norm(const struct op_norm *a) {
+    for (int r = 0; r < a->rows; r++) {
+        float *x = a->x + (size_t)r * a->d;
+        if (a->mode != NORM_LN)
+            for (int i = 0; i < a->d; i++) x[i] += a->scale[i] * a->y[(size_t)r * a->d + i];
+        if (a->mode == NORM_RESID) continue;
+        double mean = 0.0, var = 0.0;
+        for (int i = 0; i < a->d; i++) mean += x[i];
+        mean /= a->d;
+        for (int i = 0; i < a->d; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+        var /= a->d;
+        float inv = (float)(1.0 / sqrt(var + a->eps));
+        for (int i = 0; i < a->d; i++)
+            a->out[(size_t)r * a->d + i] = ((x[i] - (float)mean) * inv) * a->w[i] + a->b[i];
+    }
+}
+
+static void emu_positions(const struct op_attention *a) {
+    for (int r = 0; r < a->R; r++) {
+        int slot = slot_of(a->row_slot, r);
+        if (slot < 0) continue;
+        int32_t base = a->next_pos[(size_t)slot * a->slot_stride];
+        for (int s = 0; s < a->steps; s++)
+            a->positions[(size_t)slot * a->slot_stride + (base + s) % a->ring] = base + s;
+    }
+}
+
+static void emu_rope_kv(const struct op_attention *a) {
+    const int d = a->d, hd = a->head_dim;
+    for (int r = 0; r < a->R; r++) {
+        int slot = slot_of(a->row_slot, r);
+        int32_t base = slot < 0 ? 0 : a->next_pos[(size_t)slot * a->slot_stride];
+        for (int s = 0; s < a->steps; s++) {
+            float *q = a->qkv + ((size_t)r * a->steps + s) * 3 * d, *k = q + d, *v = q + 2 * d;
+            int32_t pos = base + s;
+            for (int p = 0; p < d / 2; p++) {
+                float f = a->freq[p % (hd / 2)] * (float)pos, c = cosf(f), sn = sinf(f);
+                float re = q[2 * p], im = q[2 * p + 1];
+                q[2 * p] = re * c - im * sn;
+                q[2 * p + 1] = re * sn + im * c;
+                re = k[2 * p], im = k[2 * p + 1];
+                k[2 * p] = re * c - im * sn;
+                k[2 * p + 1] = re * sn + im * c;
+            }
+            if (slot < 0) continue;
+            size_t at = (size_t)slot * a->slot_stride + (size_t)(pos % a->ring) * d;
+            memcpy(a->keys + at, k, sizeof(float) * d);
+            memcpy(a->values + at, v, sizeof(float) * d);
+        }
+    }
+}
+
+static void emu_attention(const struct op_attention *a) {
+    const int d = a->d, hd = a->head_dim;
+    float *scores = malloc(sizeof(float) * a->ring);
+    for (int r = 0; r < a->R; r++) {
+        int slot = slot_of(a->row_slot, r);
+        for (int s = 0; s < a->steps; s++)
+            for (int h = 0; h < a->n_heads; h++) {
+                float *out = a->out + ((size_t)r * a->steps + s) * d + h * hd;
+                memset(out, 0, sizeof(float) * hd);
+                if (slot < 0) continue;
+                const float *q = a->qkv + ((size_t)r * a->steps + s) * 3 * d + h * hd;
+                const int32_t *pos = a->positions + (size_t)slot * a->slot_stride;
+                int32_t pq = a->next_pos[(size_t)slot * a->slot_stride] + s;
+                float mx = -INFINITY, sum = 0.0f;
+                for (int j = 0; j < a->ring; j++) {
+                    int32_t age = pq - pos[j];
+                    scores[j] = -INFINITY;
+                    if (pos[j] < 0 || age < 0 || age >= a->context) continue;
+                    const float *k = a->keys + (size_t)slot * a->slot_stride + (size_t)j * d + h * hd;
+                    float dot = 0.0f;
+                    for (int i = 0; i < hd; i++) dot += q[i] * k[i];
+                    scores[j] = dot * (1.0f / sqrtf((float)hd));
+                    if (scores[j] > mx) mx = scores[j];
+                }
+                for (int j = 0; j < a->ring; j++) {
+                    scores[j] = scores[j] == -INFINITY ? 0.0f : expf(scores[j] - mx);
+                    sum += scores[j];
+                }
+                for (int j = 0; j < a->ring; j++) {
+                    if (scores[j] == 0.0f) continue;
+                    const float *v = a->values + (size_t)slot * a->slot_stride + (size_t)j * d + h * hd;
+                    for (int i = 0; i < hd; i++) out[i] += scores[j] / sum * v[i];
+                }
+            }
+    }
+    free(scores);
+}
+
+static void emu_argmin(const struct op_argmin *a) {
+    for (int r = 0; r < a->R; r++) {
+        const float *sc = a->scores + (size_t)r * a->bins;
+        int best = 0;
+        float bd = a->norms[0] - 2.0f * sc[0];
+        for (int j = 1; j < a->bins; j++) {
+            float v = a->norms[j] - 2.0f * sc[j];
+            if (v < bd) bd = v, best = j;
+        }
+        a->codes[(size_t)r * a->code_stride] = best;
+        if (a->residual)
+            for (int i = 0; i < a->dim; i++)
+                a->residual[(size_t)r * a->dim + i] -= a->book[(size_t)best * a->dim + i];
+    }
+}
+
+static void emu_gather(const struct op_gather *a) {
+    for (int r = 0; r < a->R; r++) {
+        const int32_t *c = a->codes + (size_t)r * a->n_cb;
+        int bad = 0;
+        for (int q = 0; q < a->n_cb; q++) bad |= c[q] < 0 || c[q] >= a->bins;
+        if (bad) a->row_slot[r] = -1, *a->error = 1;
+        for (int i = 0; i < a->dim; i++) {
+            float e = bad ? 0.0f : a->books[(size_t)c[0] * a->dim + i], s = 0.0f;
+            for (int q = 1; q < a->n_cb && !bad; q++)
+                s += a->books[((size_t)q * a->bins + c[q]) * a->dim + i];
+            a->e0[(size_t)r * a->dim + i] = e;
+            a->sum[(size_t)r * a->dim + i] = s;
+        }
+    }
+}
+
+static void emu_run(const struct gpu_plan *p) {
+    for (int i = 0; i < p->n_ops; i++) {
+        const struct gpu_op *op = &p->ops[i];
+        switch (op->kind) {
+        case GOP_IM2COL: emu_im2col(&op->u.im2col); break;
+        case GOP_CARRY: emu_carry(&op->u.im2col); break;
+        case GOP_GEMM: emu_gemm(&op->u.gemm); break;
+        case GOP_POINTWISE: emu_pointwise(&op->u.pointwise); break;
+        case GOP_TRANSPOSE: emu_transpose(&op->u.transpose); break;
+        case GOP_FINISH: emu_finish(&op->u.finish); break;
+        case GOP_CONVTR_OUT: emu_convtr_out(&op->u.convtr); break;
+        case GOP_CONVTR_TAIL: emu_convtr_tail(&op->u.convtr); break;
+        case GOP_NORM: emu_norm(&op->u.norm); break;
+        case GOP_POSITIONS: emu_positions(&op->u.attention); break;
+        case GOP_ROPE_KV: emu_rope_kv(&op->u.attention); break;
+        case GOP_ATTENTION: emu_attention(&op->u.attention); break;
+        case GOP_ARGMIN: emu_argmin(&op->u.argmin); break;
+        case GOP_GATHER: emu_gather(&op->u.gather); break;
+        }
+    }
+}
+
+// ---- an emulated batch ----
+
+static const float *map_host(void *ctx, const float *host, size_t n) {
+    (void)ctx;
+    (void)n;
+    return host;
+}
+
+struct emu_batch {
+    struct gpu_layout L;
+    struct gpu_plan plans[CAP + 1];  // by bucket R
+    float *state, *scratch;
+};
+
+static void emu_create(struct emu_batch *e, const struct mimi_model *m, const struct gpu_weights *w,
+                       int direction) {
+    memset(e, 0, sizeof *e);
+    CHECK_EQ(gpu_layout_init(&e->L, m, direction, CAP, N_Q, MIMI_ATTENTION_RING), MIMI_OK);
+    e->state = calloc(e->L.slot_elems * CAP, sizeof(float));
+    e->scratch = calloc(e->L.scratch_elems, sizeof(float));
+    for (int R = 1; R <= CAP; R++)
+        if (gpu_bucket(R, CAP) == R)
+            CHECK_EQ(gpu_plan_build(&e->plans[R], &e->L, m, w, e->state, e->scratch, R), MIMI_OK);
+    for (int s = 0; s < CAP; s++) {
+        int32_t *pos = (int32_t *)(e->state + s * e->L.slot_elems + e->L.st_positions);
+        for (int j = 0; j < e->L.ring; j++) pos[j] = -1;
+    }
+}
+
+static void emu_step(struct emu_batch *e, int n, const int *slots, const void *in, void *out) {
+    const struct gpu_plan *p = &e->plans[gpu_bucket(n, CAP)];
+    for (int r = 0; r < p->R; r++) p->stage[r] = r < n ? slots[r] : -1;
+    p->stage[p->R] = 0;
+    memset(p->input, 0, sizeof(float) * (size_t)p->R * e->L.in_per_row);
+    memcpy(p->input, in, sizeof(float) * (size_t)n * e->L.in_per_row);
+    emu_run(p);
+    memcpy(out, p->output, sizeof(float) * (size_t)n * e->L.out_per_row);
+}
+
+static void emu_destroy(struct emu_batch *e) {
+    for (int R = 0; R <= CAP; R++) gpu_plan_free(&e->plans[R]);
+    free(e->state);
+    free(e->scratch);
+}
+
+// ---- submit / collect on the CPU backend ----
+
+// The asynchronous calls give what the synchronous ones give, on a CPU batch too.
+static void test_cpu_async(struct mimi_model *model, const float *clip) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = 2;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *a = mimi_batch_create(model, &bp, NULL), *b = mimi_batch_create(model, &bp, NULL);
+    int slots[2] = {1, 0};
+    for (int s = 0; s < 2; s++) {
+        CHECK_EQ(mimi_batch_open(a), s);
+        CHECK_EQ(mimi_batch_open(b), s);
+    }
+    int32_t ca[2 * N_Q], cb[2 * N_Q];
+    CHECK_EQ(mimi_batch_collect(b, cb), MIMI_ESTATE);
+    CHECK_EQ(mimi_batch_encode(a, 2, slots, clip, ca), MIMI_OK);
+    CHECK_EQ(mimi_batch_submit_encode(b, 2, slots, clip), MIMI_OK);
+    CHECK_EQ(mimi_batch_submit_encode(b, 2, slots, clip), MIMI_ESTATE);
+    CHECK_EQ(mimi_batch_collect(b, cb), MIMI_OK);
+    CHECK(memcmp(ca, cb, sizeof ca) == 0);
+    CHECK_EQ(mimi_batch_submit_decode_device(b, 2, slots, cb, 0, N_Q, NULL), MIMI_EUNSUPPORTED);
+    CHECK(mimi_batch_cuda_stream(b) == NULL);
+    CHECK(strcmp(mimi_model_backend_name(model), "cpu") == 0);
+    mimi_batch_destroy(a);
+    mimi_batch_destroy(b);
+}
+
+// ---- the test ----
+
+int main(int argc, char **argv) {
+    test_init(argc, argv);
+    int rc;
+    struct mimi_model *model = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", NULL, &rc);
+    if (!model) SKIP("no synthetic model: %s", mimi_strerror(rc));
+    struct st_file refs;
+    char err[256];
+    if (st_open(&refs, MIMI_TEST_DATA "/refs_seed0.safetensors", err, sizeof err)) return 1;
+    const struct st_tensor *t = st_find(&refs, "dev_speech_en.pcm_in");
+    float *clip = malloc(sizeof(float) * t->n_elements);
+    if (st_to_f32(t, clip)) return 1;
+
+    test_cpu_async(model, clip);
+    static struct gpu_weights w;
+    CHECK_EQ(gpu_weights_bind(&w, model, map_host, NULL), MIMI_OK);
+    struct emu_batch enc, dec;
+    emu_create(&enc, model, &w, MIMI_DIRECTION_ENCODE);
+    emu_create(&dec, model, &w, MIMI_DIRECTION_DECODE);
+    printf("  per-slot state %zu floats, scratch %zu floats, %d encode ops, %d decode ops\n",
+           enc.L.slot_elems, enc.L.scratch_elems, enc.plans[CAP].n_ops, dec.plans[CAP].n_ops);
+
+    // the same steps through the CPU backend's batch
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = SLOTS;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *cenc = mimi_batch_create(model, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *cdec = mimi_batch_create(model, &bp, NULL);
+    for (int s = 0; s < SLOTS; s++) {
+        CHECK_EQ(mimi_batch_open(cenc), s);
+        CHECK_EQ(mimi_batch_open(cdec), s);
+    }
+    int done[SLOTS] = {0};
+    int64_t codes_equal = 0, codes_total = 0;
+    double err_num = 0, err_den = 0;
+    for (int step = 0; step < FRAMES + 2; step++) {
+        // every slot, then subsets: slot 1 skips step 1, slot 0 skips steps 2 and 3
+        int list[SLOTS], n = 0;
+        static float in[SLOTS * 1920], pcm_emu[SLOTS * 1920], pcm_cpu[SLOTS * 1920];
+        int32_t codes_emu[SLOTS * N_Q], codes_cpu[SLOTS * N_Q];
+        for (int s = SLOTS - 1; s >= 0; s--) {
+            if (done[s] == FRAMES || (s == 1 && step == 1) || (s == 0 && (step == 2 || step == 3))) continue;
+            memcpy(in + n * 1920, clip + ((size_t)s * 7 + done[s]) * 1920, sizeof(float) * 1920);
+            list[n++] = s;
+        }
+        if (n == 0) continue;
+        emu_step(&enc, n, list, in, codes_emu);
+        CHECK_EQ(mimi_batch_encode(cenc, n, list, in, codes_cpu), MIMI_OK);
+        for (int i = 0; i < n * N_Q; i++) codes_equal += codes_emu[i] == codes_cpu[i];
+        codes_total += n * N_Q;
+        // both decoders take the CPU's codes
+        emu_step(&dec, n, list, codes_cpu, pcm_emu);
+        CHECK_EQ(mimi_batch_decode(cdec, n, list, codes_cpu, pcm_cpu), MIMI_OK);
+        for (int i = 0; i < n * 1920; i++) {
+            double dlt = (double)pcm_emu[i] - pcm_cpu[i];
+            err_num += dlt * dlt;
+            err_den += (double)pcm_cpu[i] * pcm_cpu[i];
+        }
+        for (int k = 0; k < n; k++) done[list[k]]++;
+    }
+    double rel = sqrt(err_num / (err_den > 0 ? err_den : 1));
+    printf("  plan vs CPU: codes equal %lld/%lld, decoded pcm rel_l2 %.3e\n", (long long)codes_equal,
+           (long long)codes_total, rel);
+    CHECK(codes_equal >= codes_total * 995 / 1000);
+    CHECK(rel <= 1e-5);
+    mimi_batch_destroy(cenc);
+    mimi_batch_destroy(cdec);
+    emu_destroy(&enc);
+    emu_destroy(&dec);
+    gpu_weights_release(&w);
+    free(clip);
+    st_close(&refs);
+    mimi_model_destroy(model);
+    return test_summary();
+}
