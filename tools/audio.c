@@ -32,18 +32,6 @@
 
 #define AUDIO_BLOCK 4096  // frames per read or conversion step
 
-// ---- errors ----
-
-static int fail(char *errbuf, size_t errlen, int code, const char *fmt, ...) {
-    if (errbuf && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 enum audio_raw audio_raw_parse(const char *name) {
     if (strcmp(name, "s16le") == 0) return AUDIO_RAW_S16LE;
     if (strcmp(name, "f32le") == 0) return AUDIO_RAW_F32LE;
@@ -100,7 +88,7 @@ int audio_src_open(struct audio_src **out, const char *path, int out_rate, enum 
     *out = NULL;
     int is_stdin = strcmp(path, "-") == 0;
     struct audio_src *s = calloc(1, sizeof *s);
-    if (!s) return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+    if (!s) return fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     snprintf(s->name, sizeof s->name, "%s", is_stdin ? "stdin" : path);
     s->fd = -1;
     s->raw = raw;
@@ -108,11 +96,11 @@ int audio_src_open(struct audio_src **out, const char *path, int out_rate, enum 
     if (!is_stdin) {
         struct stat st;
         if (stat(path, &st) != 0) {
-            rc = fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
+            rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
             goto out;
         }
         if (S_ISDIR(st.st_mode)) {
-            rc = fail(errbuf, errlen, MIMI_EIO, "%s: is a directory", path);
+            rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: is a directory", path);
             goto out;
         }
     }
@@ -120,7 +108,7 @@ int audio_src_open(struct audio_src **out, const char *path, int out_rate, enum 
         s->fd = is_stdin ? 0 : open(path, O_RDONLY);
         s->own_fd = !is_stdin;
         if (s->fd < 0) {
-            rc = fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
+            rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
             goto out;
         }
         s->info.rate = raw_rate;
@@ -138,13 +126,13 @@ int audio_src_open(struct audio_src **out, const char *path, int out_rate, enum 
         memset(&info, 0, sizeof info);
         s->sf = is_stdin ? sf_open_fd(0, SFM_READ, &info, SF_FALSE) : sf_open(path, SFM_READ, &info);
         if (!s->sf) {
-            rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a readable audio file (libsndfile: %s)%s",
+            rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a readable audio file (libsndfile: %s)%s",
                       s->name, sf_strerror(NULL),
                       is_stdin ? "; from a pipe, send WAV, or headerless PCM with --raw" : "");
             goto out;
         }
         if (info.channels < 1 || info.samplerate < 1) {
-            rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: invalid audio header (%d channels, %d Hz)",
+            rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: invalid audio header (%d channels, %d Hz)",
                       s->name, info.channels, info.samplerate);
             goto out;
         }
@@ -153,12 +141,12 @@ int audio_src_open(struct audio_src **out, const char *path, int out_rate, enum 
         s->info.frames = info.frames >= 0 && info.frames < SF_COUNT_MAX / 4 ? info.frames : -1;
         describe_sf(&info, s->info.format, sizeof s->info.format);
         if (s->info.frames == 0) {
-            rc = fail(errbuf, errlen, MIMI_EINVAL, "%s: empty audio (0 samples)", s->name);
+            rc = fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: empty audio (0 samples)", s->name);
             goto out;
         }
     }
     if (s->info.channels < 1 || s->info.channels > 1024) {
-        rc = fail(errbuf, errlen, MIMI_EINVAL, "%s: %d channels is not supported", s->name,
+        rc = fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: %d channels is not supported", s->name,
                   s->info.channels);
         goto out;
     }
@@ -167,7 +155,7 @@ int audio_src_open(struct audio_src **out, const char *path, int out_rate, enum 
     s->bytes = raw ? malloc(AUDIO_BLOCK * ch * 4) : NULL;
     s->mono = malloc(AUDIO_BLOCK * sizeof *s->mono);
     if (!s->block || !s->mono || (raw && !s->bytes)) {
-        rc = fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", s->name);
+        rc = fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", s->name);
         goto out;
     }
     if (out_rate > 0 && out_rate != s->info.rate) {
@@ -175,7 +163,7 @@ int audio_src_open(struct audio_src **out, const char *path, int out_rate, enum 
         s->out_rate = out_rate;
         s->rs = resample_create(s->info.rate, out_rate, why, sizeof why);
         if (!s->rs) {
-            rc = fail(errbuf, errlen, MIMI_EINVAL, "%s: %s", s->name, why);
+            rc = fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: %s", s->name, why);
             goto out;
         }
     }
@@ -212,7 +200,7 @@ static int64_t refill(struct audio_src *s, int64_t want, char *errbuf, size_t er
         size_t frame_bytes = (size_t)raw_bytes(s->raw) * (size_t)ch;
         ssize_t r = fd_read_full(s->fd, s->bytes, (size_t)want * frame_bytes);
         if (r < 0)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: %s", s->name,
+            return fd_fail(errbuf, errlen, MIMI_EIO, "%s: %s", s->name,
                         errno == EINTR ? "interrupted" : strerror(errno));
         got = r / (ssize_t)frame_bytes;  // a partial frame at the very end is dropped
         for (int64_t i = 0; i < got * ch; i++) {
@@ -229,7 +217,7 @@ static int64_t refill(struct audio_src *s, int64_t want, char *errbuf, size_t er
         got = sf_readf_float(s->sf, s->block, want);
         if (got < 0) got = 0;
         if (got == 0 && sf_error(s->sf) != SF_ERR_NO_ERROR)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: read error (libsndfile: %s)", s->name,
+            return fd_fail(errbuf, errlen, MIMI_EIO, "%s: read error (libsndfile: %s)", s->name,
                         sf_strerror(s->sf));
     }
     for (int64_t i = 0; i < got; i++) {
@@ -237,7 +225,7 @@ static int64_t refill(struct audio_src *s, int64_t want, char *errbuf, size_t er
         for (int c = 0; c < ch; c++) {
             float v = s->block[i * ch + c];
             if (!isfinite(v))
-                return fail(errbuf, errlen, MIMI_EINVAL,
+                return fd_fail(errbuf, errlen, MIMI_EINVAL,
                             "%s: sample %lld of channel %d is not a finite number (%s)", s->name,
                             (long long)(s->pos + i), c, isnan(v) ? "nan" : "inf");
             sum += v;
@@ -263,7 +251,7 @@ int64_t audio_src_read(struct audio_src *s, float *out, int64_t n, char *errbuf,
             if (r == 0) {
                 s->eof = 1;
                 if (s->pos == 0)
-                    return fail(errbuf, errlen, MIMI_EINVAL, "%s: empty audio (0 samples)",
+                    return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: empty audio (0 samples)",
                                 s->name);
             }
         }
@@ -350,7 +338,7 @@ static int sink_open_kind(struct audio_sink **out, const char *path, enum audio_
                           char *errbuf, size_t errlen) {
     *out = NULL;
     struct audio_sink *k = calloc(1, sizeof *k);
-    if (!k) return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+    if (!k) return fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     k->kind = kind;
     k->raw = raw;
     k->float_wav = float_wav;
@@ -359,20 +347,20 @@ static int sink_open_kind(struct audio_sink **out, const char *path, enum audio_
     snprintf(k->path, sizeof k->path, "%s", path);
     int rc = 0;
     if (!raw && kind == AUDIO_OUT_NONE) {
-        rc = fail(errbuf, errlen, MIMI_EINVAL,
+        rc = fd_fail(errbuf, errlen, MIMI_EINVAL,
                   "%s: unknown audio format (name it .wav, .flac, .ogg, .opus, .mp3 or .npy)", path);
         goto out;
     }
     if (!raw && kind == AUDIO_OUT_OPUS && out_rate != 8000 && out_rate != 12000 &&
         out_rate != 16000 && out_rate != 24000 && out_rate != 48000) {
-        rc = fail(errbuf, errlen, MIMI_EINVAL,
+        rc = fd_fail(errbuf, errlen, MIMI_EINVAL,
                   "%s: Opus holds 8, 12, 16, 24 or 48 kHz audio, not %d Hz", path, out_rate);
         goto out;
     }
     if (in_rate != out_rate) {
         char why[256];
         if (!(k->rs = resample_create(in_rate, out_rate, why, sizeof why))) {
-            rc = fail(errbuf, errlen, MIMI_EINVAL, "%s: %s", path, why);
+            rc = fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: %s", path, why);
             goto out;
         }
     }
@@ -382,13 +370,13 @@ static int sink_open_kind(struct audio_sink **out, const char *path, enum audio_
     }
     if (kind == AUDIO_OUT_NPY && !raw) goto out;  // written whole by audio_sink_close
     if (fd_temp_path(path, k->tmp, sizeof k->tmp)) {
-        rc = fail(errbuf, errlen, MIMI_EINVAL, "%s: path too long", path);
+        rc = fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: path too long", path);
         goto out;
     }
     k->fd = open(k->tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666);
     if (k->fd < 0) {
         k->tmp[0] = '\0';
-        rc = fail(errbuf, errlen, MIMI_EIO, "%s: cannot create file (%s)", path, strerror(errno));
+        rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot create file (%s)", path, strerror(errno));
         goto out;
     }
     if (raw) goto out;
@@ -405,7 +393,7 @@ static int sink_open_kind(struct audio_sink **out, const char *path, enum audio_
     }
     k->sf = sf_open_fd(k->fd, SFM_WRITE, &info, SF_FALSE);
     if (!k->sf) {
-        rc = fail(errbuf, errlen, MIMI_EIO, "%s: cannot write this format (libsndfile: %s)", path,
+        rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot write this format (libsndfile: %s)", path,
                   sf_strerror(NULL));
         goto out;
     }
@@ -443,14 +431,14 @@ static int emit(struct audio_sink *k, const float *y, size_t n, char *errbuf, si
             }
         }
         if (fd_write_full(k->fd, k->conv.bytes, n * (size_t)raw_bytes(k->raw)) != 0)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", out_name(k),
+            return fd_fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", out_name(k),
                         errno == EPIPE ? "broken pipe: the reader went away" : strerror(errno));
     } else if (k->kind == AUDIO_OUT_NPY) {
         if (k->written + (int64_t)n > k->npy_cap) {
             int64_t cap = k->npy_cap ? 2 * k->npy_cap : 65536;
             while (cap < k->written + (int64_t)n) cap *= 2;
             float *p = realloc(k->npy, (size_t)cap * sizeof *p);
-            if (!p) return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", k->path);
+            if (!p) return fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", k->path);
             k->npy = p;
             k->npy_cap = cap;
         }
@@ -472,7 +460,7 @@ static int emit(struct audio_sink *k, const float *y, size_t n, char *errbuf, si
         ok = sf_write_float(k->sf, k->conv.f32, (sf_count_t)n) == (sf_count_t)n;
     }
     if (!ok)
-        return fail(errbuf, errlen, MIMI_EIO, "%s: write failed (libsndfile: %s)", k->path,
+        return fd_fail(errbuf, errlen, MIMI_EIO, "%s: write failed (libsndfile: %s)", k->path,
                     sf_strerror(k->sf));
     k->written += (int64_t)n;
     return 0;
@@ -512,7 +500,7 @@ int audio_sink_close(struct audio_sink *k, char *errbuf, size_t errlen) {
         char why[1024];
         int64_t n = k->written;
         if (npy_write_f32(k->path, k->npy ? k->npy : k->rbuf, 1, &n, why, sizeof why))
-            rc = fail(errbuf, errlen, MIMI_EIO, "%s", why);
+            rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s", why);
         goto out;
     }
     char why[256] = "";
@@ -525,7 +513,7 @@ int audio_sink_close(struct audio_sink *k, char *errbuf, size_t errlen) {
     if (close(k->fd) != 0 && !*why) snprintf(why, sizeof why, "%s", strerror(errno));
     k->fd = -1;
     if (!*why && rename(k->tmp, k->path) != 0) snprintf(why, sizeof why, "%s", strerror(errno));
-    if (*why) rc = fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", k->path, why);
+    if (*why) rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", k->path, why);
     else k->tmp[0] = '\0';  // renamed: nothing to remove
 out:
     audio_sink_abort(k);
@@ -560,7 +548,7 @@ int audio_read_mono(const char *path, float **samples, int64_t *n_samples, int *
             cap = cap ? 2 * cap : 65536;
             float *p = realloc(buf, (size_t)cap * sizeof *p);
             if (!p) {
-                rc = fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+                rc = fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
                 break;
             }
             buf = p;
@@ -586,7 +574,7 @@ int audio_write_wav(const char *path, const float *samples, int64_t n, int sampl
                     size_t errlen) {
     if (n_clipped) *n_clipped = 0;
     if (n < 0 || (n > 0 && !samples) || sample_rate < 1)
-        return fail(errbuf, errlen, MIMI_EINVAL, "%s: invalid arguments for a WAV file", path);
+        return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: invalid arguments for a WAV file", path);
     struct audio_sink *k;
     int rc = sink_open_kind(&k, path, AUDIO_OUT_WAV, sample_rate, sample_rate, AUDIO_RAW_NONE,
                             encoding == AUDIO_FLOAT, errbuf, errlen);

@@ -24,15 +24,6 @@
 #include "npy.h"
 #include "safetensors.h"
 
-static int fail(char *errbuf, size_t errlen, int code, const char *fmt, ...) {
-    if (errbuf && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 // ---- XXH64 ----
 
@@ -97,11 +88,11 @@ uint64_t xxh64(const void *data, size_t n, uint64_t seed) {
 int file_xxh64(const char *path, char hex[17], char *errbuf, size_t errlen) {
     hex[0] = '\0';
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    if (fd < 0) return fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(errbuf, errlen, MIMI_EIO, "%s: not a regular file", path);
+        return fd_fail(errbuf, errlen, MIMI_EIO, "%s: not a regular file", path);
     }
     uint64_t h;
     if (st.st_size == 0) {
@@ -110,7 +101,7 @@ int file_xxh64(const char *path, char hex[17], char *errbuf, size_t errlen) {
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             close(fd);
-            return fail(errbuf, errlen, MIMI_EIO, "%s: cannot map (%s)", path, strerror(errno));
+            return fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot map (%s)", path, strerror(errno));
         }
         h = xxh64(m, (size_t)st.st_size, 0);
         munmap(m, (size_t)st.st_size);
@@ -281,7 +272,7 @@ static int read_npy(const char *path, struct codes *c, char *errbuf, size_t errl
         c->type = FRAME_LATENTS;
         if (n_dims != 2) {
             codes_free(c);
-            return fail(errbuf, errlen, MIMI_EFORMAT, "%s: a %d-D float array, expected latents "
+            return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: a %d-D float array, expected latents "
                         "of shape [latent size, frames]", path, n_dims);
         }
     } else {
@@ -292,7 +283,7 @@ static int read_npy(const char *path, struct codes *c, char *errbuf, size_t errl
     }
     if (shape[0] > 1 << 20) {
         codes_free(c);
-        return fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld rows is not a %s array", path,
+        return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld rows is not a %s array", path,
                     (long long)shape[0], frame_type_name(c->type));
     }
     c->rows = (int)shape[0];
@@ -307,8 +298,8 @@ static int read_st(const char *path, struct codes *c, char *errbuf, size_t errle
     char why[1024];
     int rc = st_open(&f, path, why, sizeof why);
     if (rc) {
-        if (strncmp(why, path, strlen(path)) == 0) return fail(errbuf, errlen, rc, "%s", why);
-        return fail(errbuf, errlen, rc, "%s: %s", path, why);
+        if (strncmp(why, path, strlen(path)) == 0) return fd_fail(errbuf, errlen, rc, "%s", why);
+        return fd_fail(errbuf, errlen, rc, "%s: %s", path, why);
     }
     const struct st_tensor *t = st_find(&f, "codes");
     c->type = FRAME_CODES;
@@ -318,23 +309,23 @@ static int read_st(const char *path, struct codes *c, char *errbuf, size_t errle
                          t->dtype == ST_F64);
     int is_int = t && (t->dtype == ST_I16 || t->dtype == ST_I32 || t->dtype == ST_I64);
     if (!t) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a codes file (no tensor \"codes\" or "
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a codes file (no tensor \"codes\" or "
                   "\"latents\"; %d other tensors: a model?)", path, f.n_tensors);
     } else if (t->n_dims != 2) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"%s\" has %d dimensions, expected 2",
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"%s\" has %d dimensions, expected 2",
                   path, name, t->n_dims);
     } else if (c->type == FRAME_CODES ? !is_int : !is_float) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"%s\" is %s, expected %s", path,
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: tensor \"%s\" is %s, expected %s", path,
                   name, st_dtype_name(t->dtype), c->type == FRAME_CODES ? "I16 or I32" : "F32");
     } else if (!(c->data = malloc(t->n_elements ? (size_t)t->n_elements * 4 : 1))) {
-        rc = fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+        rc = fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     } else if (c->type == FRAME_CODES ? st_to_i32(t, c->data) : st_to_f32(t, c->data)) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: a code does not fit in 32 bits", path);
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: a code does not fit in 32 bits", path);
     } else if (t->shape[0] > 1 << 20) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld rows is not a %s array", path,
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: %lld rows is not a %s array", path,
                   (long long)t->shape[0], name);
     } else if (f.metadata_json && parse_meta(f.metadata_json, &c->meta)) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: unreadable metadata", path);
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: unreadable metadata", path);
     } else {
         c->rows = (int)t->shape[0];
         c->n_frames = t->shape[1];
@@ -354,17 +345,17 @@ int codes_read(const char *path, struct codes *c, char *errbuf, size_t errlen) {
     memset(c, 0, sizeof *c);
     unsigned char magic[16] = {0};
     FILE *fp = fopen(path, "rb");
-    if (!fp) return fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    if (!fp) return fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
     size_t got = fread(magic, 1, sizeof magic, fp);
     fclose(fp);
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return fail(errbuf, errlen, MIMI_EIO, "%s: is a directory", path);
+        return fd_fail(errbuf, errlen, MIMI_EIO, "%s: is a directory", path);
     if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return read_npy(path, c, errbuf, errlen);
     // safetensors: an 8-byte little-endian header length, then a JSON object
     if (got >= 9 && magic[8] == '{' && rd64(magic) < (uint64_t)st.st_size)
         return read_st(path, c, errbuf, errlen);
-    return fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a codes file (expected .npy or .safetensors)",
+    return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a codes file (expected .npy or .safetensors)",
                 path);
 }
 
@@ -378,7 +369,7 @@ int codes_write(const char *path, enum frame_type type, const void *data, int ro
         return npy_write_f32(path, data, 2, shape, errbuf, errlen);
     }
     if (kind != CODES_SAFETENSORS)
-        return fail(errbuf, errlen, MIMI_EINVAL, "%s: name %s files .npy or .safetensors", path,
+        return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: name %s files .npy or .safetensors", path,
                     frame_type_name(type));
     size_t n = (size_t)rows * (size_t)n_frames;
     uint8_t *le = malloc(n ? n * 4 : 1);
@@ -386,7 +377,7 @@ int codes_write(const char *path, enum frame_type type, const void *data, int ro
     if (!le || !json) {
         free(le);
         free(json);
-        return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+        return fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     }
     for (size_t i = 0; i < n; i++) {  // int32 or float32: 4 bytes, little-endian
         uint32_t u;
@@ -408,8 +399,8 @@ int codes_write(const char *path, enum frame_type type, const void *data, int ro
     int rc = st_write(path, &t, 1, json, why, sizeof why);
     if (rc) {
         size_t k = strlen(path);
-        if (strncmp(why, path, k) == 0) fail(errbuf, errlen, rc, "%s", why);
-        else fail(errbuf, errlen, rc, "%s: %s", path, why);
+        if (strncmp(why, path, k) == 0) fd_fail(errbuf, errlen, rc, "%s", why);
+        else fd_fail(errbuf, errlen, rc, "%s: %s", path, why);
     }
     free(le);
     free(json);
@@ -437,7 +428,7 @@ int codes_stream_put(int fd, int text, enum frame_type type, const void *frame, 
     }
     if (text) buf[k++] = '\n';
     if (fd_write_full(fd, buf, k) != 0)
-        return fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", name,
+        return fd_fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", name,
                     errno == EPIPE ? "broken pipe: the reader went away" : strerror(errno));
     return 0;
 }
@@ -473,11 +464,11 @@ static int next_line(struct codes_reader *r, char **line, char *errbuf, size_t e
         r->len -= r->pos;
         r->pos = 0;
         if (r->len >= sizeof r->buf - 1)
-            return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld is too long", r->name,
+            return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld is too long", r->name,
                         (long long)r->line + 1);
         ssize_t got = fd_read_some(r->fd, r->buf + r->len, sizeof r->buf - 1 - r->len);
         if (got < 0)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: %s", r->name,
+            return fd_fail(errbuf, errlen, MIMI_EIO, "%s: %s", r->name,
                         errno == EINTR ? "interrupted" : strerror(errno));
         if (got == 0) r->eof = 1;
         r->len += (size_t)got;
@@ -490,14 +481,14 @@ int codes_reader_next(struct codes_reader *r, void *frame, char *errbuf, size_t 
         uint8_t bytes[4096 * 4];
         size_t want = (size_t)r->n * 4;
         if (want > sizeof bytes)
-            return fail(errbuf, errlen, MIMI_EINVAL, "%s: too many values per frame", r->name);
+            return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: too many values per frame", r->name);
         ssize_t got = fd_read_full(r->fd, bytes, want);
         if (got < 0)
-            return fail(errbuf, errlen, MIMI_EIO, "%s: %s", r->name,
+            return fd_fail(errbuf, errlen, MIMI_EIO, "%s: %s", r->name,
                         errno == EINTR ? "interrupted" : strerror(errno));
         if (got == 0) return 0;
         if ((size_t)got < want)
-            return fail(errbuf, errlen, MIMI_EFORMAT,
+            return fd_fail(errbuf, errlen, MIMI_EFORMAT,
                         "%s: the input ends inside frame %lld (%zd of its %zu bytes; %d %s per "
                         "frame)", r->name, (long long)r->frame, got, want, r->n,
                         latents ? "float32 latent values" : "int32 codes");
@@ -522,13 +513,13 @@ int codes_reader_next(struct codes_reader *r, void *frame, char *errbuf, size_t 
             if (latents) {
                 float v = strtof(p, &end);
                 if (end == p)
-                    return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld: '%.20s' is not a "
+                    return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld: '%.20s' is not a "
                                 "number", r->name, (long long)r->line, p);
                 if (k < r->n) ((float *)frame)[k] = v;
             } else {
                 long v = strtol(p, &end, 10);
                 if (end == p || errno || v < INT32_MIN || v > INT32_MAX)
-                    return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld: '%.20s' is not a "
+                    return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld: '%.20s' is not a "
                                 "code", r->name, (long long)r->line, p);
                 if (k < r->n) ((int32_t *)frame)[k] = (int32_t)v;
             }
@@ -538,9 +529,9 @@ int codes_reader_next(struct codes_reader *r, void *frame, char *errbuf, size_t 
         if (k == 0) continue;  // blank line
         if (k != r->n) {
             if (latents)
-                return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld has %d values, expected "
+                return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld has %d values, expected "
                             "%d (the model's latent size)", r->name, (long long)r->line, k, r->n);
-            return fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld has %d codes, expected %d "
+            return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: line %lld has %d codes, expected %d "
                         "(--codebooks)", r->name, (long long)r->line, k, r->n);
         }
         r->frame++;

@@ -4,6 +4,7 @@
 #include "fdio.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -46,4 +47,14 @@ int fd_temp_path(const char *path, char *out, size_t out_len) {
     unsigned k = atomic_fetch_add(&counter, 1u);
     int n = snprintf(out, out_len, "%s.tmp.%ld.%u", path, (long)getpid(), k);
     return n < 0 || (size_t)n >= out_len ? -1 : 0;
+}
+
+int fd_fail(char *errbuf, size_t errlen, int code, const char *fmt, ...) {
+    if (errbuf && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
 }

@@ -5,6 +5,7 @@
  * signal; these helpers loop until the whole count has moved, the input ends, or a real error
  * happens. SIGPIPE is expected to be ignored by the program (the `mimi` command does), so a
  * reader that went away shows up here as EPIPE, which the caller reports.
+ * Also the file helpers' shared error convention: a code returned with a message in errbuf.
  */
 #ifndef MIMI_FDIO_H
 #define MIMI_FDIO_H
@@ -31,5 +32,12 @@ int fd_write_full(int fd, const void *buf, size_t n);
 // Makes a temporary path "<path>.tmp.<pid>.<k>" in `out` (k counts up inside the process, so
 // threads of one process never share one). Returns 0, or -1 if the path does not fit.
 int fd_temp_path(const char *path, char *out, size_t out_len);
+
+// Writes the message into errbuf (when errbuf is not NULL and errlen > 0) and returns `code`.
+int fd_fail(char *errbuf, size_t errlen, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
 
 #endif

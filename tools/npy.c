@@ -22,21 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "mimi.h"
 
 #define NPY_CHUNK 65536  // bytes converted per read or write call
-
-// ---- errors ----
-
-static int fail(char *errbuf, size_t errlen, int code, const char *fmt, ...) {
-    if (errbuf && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 // ---- little-endian bytes ----
 
@@ -77,7 +66,7 @@ struct cursor {
 };
 
 static int syntax(struct cursor *c, const char *what) {
-    return fail(c->errbuf, c->errlen, MIMI_EFORMAT, "%s: malformed .npy header: %s at byte %zu",
+    return fd_fail(c->errbuf, c->errlen, MIMI_EFORMAT, "%s: malformed .npy header: %s at byte %zu",
                 c->path, what, c->pos);
 }
 
@@ -166,7 +155,7 @@ static int parse_descr(struct cursor *c, struct npy_header *h) {
         {"<f4", NPY_F4, 4}, {"<f8", NPY_F8, 8},
     };
     char d[32];
-    if (peek(c) == '[') return fail(c->errbuf, c->errlen, MIMI_EFORMAT,
+    if (peek(c) == '[') return fd_fail(c->errbuf, c->errlen, MIMI_EFORMAT,
                                     "%s: structured arrays are not supported", c->path);
     int rc = parse_string(c, d, sizeof d);
     if (rc) return rc;
@@ -177,7 +166,7 @@ static int parse_descr(struct cursor *c, struct npy_header *h) {
             return 0;
         }
     }
-    return fail(c->errbuf, c->errlen, MIMI_EFORMAT,
+    return fd_fail(c->errbuf, c->errlen, MIMI_EFORMAT,
                 "%s: unsupported dtype '%s' (supported: little-endian '<i2', '<i4', '<i8', "
                 "'<f4', '<f8')", c->path, d);
 }
@@ -206,10 +195,10 @@ static int parse_header(struct cursor *c, struct npy_header *h) {
             seen = &have_shape;
             rc = have_shape ? 0 : parse_shape(c, h);
         } else {
-            return fail(c->errbuf, c->errlen, MIMI_EFORMAT,
+            return fd_fail(c->errbuf, c->errlen, MIMI_EFORMAT,
                         "%s: malformed .npy header: unexpected key '%s'", c->path, key);
         }
-        if (*seen) return fail(c->errbuf, c->errlen, MIMI_EFORMAT,
+        if (*seen) return fd_fail(c->errbuf, c->errlen, MIMI_EFORMAT,
                                "%s: malformed .npy header: key '%s' appears twice", c->path, key);
         if (rc) return rc;
         *seen = 1;
@@ -225,7 +214,7 @@ static int parse_header(struct cursor *c, struct npy_header *h) {
     skip_ws(c);
     if (c->pos != c->n) return syntax(c, "unexpected text after the dict");
     if (!have_descr || !have_fortran || !have_shape)
-        return fail(c->errbuf, c->errlen, MIMI_EFORMAT,
+        return fd_fail(c->errbuf, c->errlen, MIMI_EFORMAT,
                     "%s: malformed .npy header: missing key '%s'", c->path,
                     !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
     return 0;
@@ -248,26 +237,26 @@ static int open_npy(const char *path, FILE **fp, struct npy_header *h, char *err
     *fp = NULL;
     memset(h, 0, sizeof *h);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    if (!f) return fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot open (%s)", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        return fail(errbuf, errlen, MIMI_EIO, "%s: not a regular file", path);
+        return fd_fail(errbuf, errlen, MIMI_EIO, "%s: not a regular file", path);
     }
     uint64_t file_size = (uint64_t)st.st_size;
     uint8_t pre[12];
     int rc = MIMI_EFORMAT;
     if (file_size < 10 || fread(pre, 1, 10, f) != 10) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a .npy file (only %llu bytes)", path,
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a .npy file (only %llu bytes)", path,
                   (unsigned long long)file_size);
         goto out;
     }
     if (memcmp(pre, "\x93NUMPY", 6) != 0) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a .npy file (bad magic)", path);
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: not a .npy file (bad magic)", path);
         goto out;
     }
     if ((pre[6] != 1 && pre[6] != 2) || pre[7] != 0) {
-        rc = fail(errbuf, errlen, MIMI_EUNSUPPORTED,
+        rc = fd_fail(errbuf, errlen, MIMI_EUNSUPPORTED,
                   "%s: unsupported .npy format version %d.%d (1.0 and 2.0 are read)", path,
                   pre[6], pre[7]);
         goto out;
@@ -277,30 +266,30 @@ static int open_npy(const char *path, FILE **fp, struct npy_header *h, char *err
         hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
     } else {
         if (fread(pre + 10, 1, 2, f) != 2) {
-            rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: truncated .npy preamble", path);
+            rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: truncated .npy preamble", path);
             goto out;
         }
         hlen = get_u32(pre + 8);
     }
     if (hlen > file_size - pre_len) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT,
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT,
                   "%s: header length %llu runs past the end of the file (%llu bytes)", path,
                   (unsigned long long)hlen, (unsigned long long)file_size);
         goto out;
     }
     if (hlen > NPY_MAX_HEADER) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: header of %llu bytes is too long", path,
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: header of %llu bytes is too long", path,
                   (unsigned long long)hlen);
         goto out;
     }
     char *text = malloc((size_t)hlen + 1);
     if (!text) {
-        rc = fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+        rc = fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
         goto out;
     }
     if (fread(text, 1, (size_t)hlen, f) != (size_t)hlen) {
         free(text);
-        rc = fail(errbuf, errlen, MIMI_EIO, "%s: read error in the header", path);
+        rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: read error in the header", path);
         goto out;
     }
     struct cursor c = {text, (size_t)hlen, 0, path, errbuf, errlen};
@@ -309,13 +298,13 @@ static int open_npy(const char *path, FILE **fp, struct npy_header *h, char *err
     if (rc) goto out;
 
     if (h->fortran_order) {
-        rc = fail(errbuf, errlen, MIMI_EUNSUPPORTED,
+        rc = fd_fail(errbuf, errlen, MIMI_EUNSUPPORTED,
                   "%s: array is in Fortran order (fortran_order: True); save it in C order "
                   "(numpy.ascontiguousarray)", path);
         goto out;
     }
     if (h->item_size == 0) {  // unreachable: parse_header requires 'descr'
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: malformed .npy header", path);
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: malformed .npy header", path);
         goto out;
     }
     uint64_t n = 1, limit = (uint64_t)INT64_MAX / h->item_size;
@@ -324,7 +313,7 @@ static int open_npy(const char *path, FILE **fp, struct npy_header *h, char *err
         if (d != 0 && n > limit / d) {
             char s[256];
             format_shape(h, s, sizeof s);
-            rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: shape %s is too large", path, s);
+            rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: shape %s is too large", path, s);
             goto out;
         }
         n *= d;
@@ -332,12 +321,12 @@ static int open_npy(const char *path, FILE **fp, struct npy_header *h, char *err
     h->n_elements = (int64_t)n;
     uint64_t want = n * h->item_size, have = file_size - pre_len - hlen;
     if (want != have) {
-        rc = fail(errbuf, errlen, MIMI_EFORMAT, "%s: expected %llu bytes of data, found %llu",
+        rc = fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: expected %llu bytes of data, found %llu",
                   path, (unsigned long long)want, (unsigned long long)have);
         goto out;
     }
     if (want > SIZE_MAX / 2) {
-        rc = fail(errbuf, errlen, MIMI_ENOMEM, "%s: array too large for this machine", path);
+        rc = fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: array too large for this machine", path);
         goto out;
     }
     *fp = f;
@@ -355,13 +344,13 @@ typedef int (*store_fn)(void *out, int64_t i, const uint8_t *p, const struct npy
 static int read_data(FILE *f, const char *path, const struct npy_header *h, void *out,
                      store_fn store, char *errbuf, size_t errlen) {
     uint8_t *chunk = malloc(NPY_CHUNK);
-    if (!chunk) return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+    if (!chunk) return fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     int64_t per = (int64_t)(NPY_CHUNK / h->item_size), done = 0;
     int rc = 0;
     while (done < h->n_elements && rc == 0) {
         int64_t k = h->n_elements - done < per ? h->n_elements - done : per;
         if (fread(chunk, h->item_size, (size_t)k, f) != (size_t)k) {
-            rc = fail(errbuf, errlen, MIMI_EIO, "%s: read error in the data (file changed?)", path);
+            rc = fd_fail(errbuf, errlen, MIMI_EIO, "%s: read error in the data (file changed?)", path);
             break;
         }
         for (int64_t i = 0; i < k && rc == 0; i++)
@@ -380,7 +369,7 @@ static int store_i32(void *out, int64_t i, const uint8_t *p, const struct npy_he
     else v = (int64_t)get_u64(p);
     if (v < INT32_MIN || v > INT32_MAX) {
         int64_t cols = h->shape[1];
-        return fail(errbuf, errlen, MIMI_EFORMAT,
+        return fd_fail(errbuf, errlen, MIMI_EFORMAT,
                     "%s: value %lld at [%lld, %lld] does not fit in int32", path, (long long)v,
                     (long long)(i / cols), (long long)(i % cols));
     }
@@ -416,7 +405,7 @@ int npy_read_i32_2d(const char *path, int32_t **data, int64_t shape[2], char *er
     if (rc) return rc;
     if (h.type != NPY_I2 && h.type != NPY_I4 && h.type != NPY_I8) {
         fclose(f);
-        return fail(errbuf, errlen, MIMI_EFORMAT,
+        return fd_fail(errbuf, errlen, MIMI_EFORMAT,
                     "%s: expected an integer array ('<i4', '<i2' or '<i8'), found a float array",
                     path);
     }
@@ -424,13 +413,13 @@ int npy_read_i32_2d(const char *path, int32_t **data, int64_t shape[2], char *er
         char s[256];
         format_shape(&h, s, sizeof s);
         fclose(f);
-        return fail(errbuf, errlen, MIMI_EFORMAT, "%s: expected a 2-D array, found shape %s",
+        return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: expected a 2-D array, found shape %s",
                     path, s);
     }
     int32_t *buf = malloc(h.n_elements ? (size_t)h.n_elements * sizeof *buf : 1);
     if (!buf) {
         fclose(f);
-        return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+        return fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     }
     rc = read_data(f, path, &h, buf, store_i32, errbuf, errlen);
     fclose(f);
@@ -455,18 +444,18 @@ int npy_read_f32(const char *path, float **data, int *n_dims, int64_t shape[NPY_
     if (rc) return rc;
     if (h.type != NPY_F4 && h.type != NPY_F8) {
         fclose(f);
-        return fail(errbuf, errlen, MIMI_EFORMAT,
+        return fd_fail(errbuf, errlen, MIMI_EFORMAT,
                     "%s: expected a float array ('<f4' or '<f8'), found an integer array", path);
     }
     if (h.n_dims == 0) {
         fclose(f);
-        return fail(errbuf, errlen, MIMI_EFORMAT, "%s: scalar arrays (shape ()) are not supported",
+        return fd_fail(errbuf, errlen, MIMI_EFORMAT, "%s: scalar arrays (shape ()) are not supported",
                     path);
     }
     float *buf = malloc(h.n_elements ? (size_t)h.n_elements * sizeof *buf : 1);
     if (!buf) {
         fclose(f);
-        return fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
+        return fd_fail(errbuf, errlen, MIMI_ENOMEM, "%s: out of memory", path);
     }
     rc = read_data(f, path, &h, buf, store_f32, errbuf, errlen);
     fclose(f);
@@ -487,14 +476,14 @@ static int write_npy(const char *path, const char *descr, const void *data, int 
                      const int64_t *shape, char *errbuf, size_t errlen) {
     if (errbuf && errlen) errbuf[0] = '\0';
     if (n_dims < 1 || n_dims > 2)
-        return fail(errbuf, errlen, MIMI_EINVAL, "%s: cannot write %d-D arrays", path, n_dims);
+        return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: cannot write %d-D arrays", path, n_dims);
     uint64_t n = 1;
     for (int i = 0; i < n_dims; i++) {
         if (shape[i] < 0 || (shape[i] != 0 && n > (uint64_t)(INT64_MAX / 4) / (uint64_t)shape[i]))
-            return fail(errbuf, errlen, MIMI_EINVAL, "%s: invalid shape", path);
+            return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: invalid shape", path);
         n *= (uint64_t)shape[i];
     }
-    if (n > 0 && !data) return fail(errbuf, errlen, MIMI_EINVAL, "%s: no data", path);
+    if (n > 0 && !data) return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: no data", path);
 
     // Header: the dict, spaces, '\n', so that 10 + length is a multiple of 64.
     char dict[200];
@@ -516,7 +505,7 @@ static int write_npy(const char *path, const char *descr, const void *data, int 
 
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
-        return fail(errbuf, errlen, MIMI_EINVAL, "%s: path too long", path);
+        return fd_fail(errbuf, errlen, MIMI_EINVAL, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666);
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
@@ -525,7 +514,7 @@ static int write_npy(const char *path, const char *descr, const void *data, int 
             close(fd);
             unlink(tmp);
         }
-        return fail(errbuf, errlen, MIMI_EIO, "%s: cannot create file (%s)", path, strerror(e));
+        return fd_fail(errbuf, errlen, MIMI_EIO, "%s: cannot create file (%s)", path, strerror(e));
     }
     int ok = fwrite(head, 1, total, f) == total;
     uint8_t *chunk = malloc(NPY_CHUNK);
@@ -555,7 +544,7 @@ static int write_npy(const char *path, const char *descr, const void *data, int 
     }
     if (!ok) {
         unlink(tmp);
-        return fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", path, strerror(e));
+        return fd_fail(errbuf, errlen, MIMI_EIO, "%s: write failed (%s)", path, strerror(e));
     }
     return 0;
 }
