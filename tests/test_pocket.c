@@ -8,7 +8,8 @@
  * decode PCM, each within relative L2 1e-4. Also: the family is recognised, and the code API on
  * this model is a clear error.
  *
- * usage: test_pocket [CLIP]
+ * usage: test_pocket [CLIP] [cuda]
+ * With "cuda" the same gates run on the CUDA backend (strict f32); exit 77 without a device.
  */
 #include <sys/stat.h>
 
@@ -21,6 +22,7 @@
 #define MODEL MIMI_TEST_MODELS "/pocket.safetensors"
 
 static struct st_file refs;
+static int backend = MIMI_BACKEND_AUTO;  // "cuda" on the command line: MIMI_BACKEND_CUDA
 
 static float *ref(const char *clip, const char *what, int64_t *n) { return refs_f32(&refs, clip, what, n); }
 
@@ -74,8 +76,12 @@ static struct mimi_model *load_model(void) {
         exit(1);
     }
     int rc;
-    struct mimi_model *m = mimi_model_load(MODEL, NULL, &rc);
+    struct mimi_model_params mp;
+    mimi_model_params_default(&mp);
+    mp.backend = backend;
+    struct mimi_model *m = mimi_model_load(MODEL, &mp, &rc);
     CHECK(m != NULL);
+    if (m) printf("  backend: %s\n", mimi_model_backend_name(m));
     if (!m) exit(1);
     CHECK(strcmp(mimi_model_family(m), "pocket-tts") == 0);
     CHECK(strcmp(mimi_model_naming(m), "pocket-tts") == 0);
@@ -150,14 +156,23 @@ static void test_clip(struct mimi_model *m, const char *clip) {
 
 int main(int argc, char **argv) {
     test_init(argc, argv);
+    const char *clip = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "cuda") == 0) {
+            if (!mimi_backend_available(MIMI_BACKEND_CUDA)) SKIP("no CUDA device");
+            backend = MIMI_BACKEND_CUDA;
+        } else if (!clip) {
+            clip = argv[i];
+        }
+    }
     refs_open(&refs, "pocket/pocket_refs_seed0.safetensors");
     test_weights();
     mkdir(MIMI_TEST_MODELS, 0755);
     struct mimi_model *m = load_model();
     test_wrong_api(m);
-    // one clip per run (argv[1]), both by default
-    if (argc < 2 || strcmp(argv[1], "dev_sweep_noise") == 0) test_clip(m, "dev_sweep_noise");
-    if (argc < 2 || strcmp(argv[1], "dev_speech_en") == 0) test_clip(m, "dev_speech_en");
+    // one clip per run (the first argument other than "cuda"), both by default
+    if (!clip || strcmp(clip, "dev_sweep_noise") == 0) test_clip(m, "dev_sweep_noise");
+    if (!clip || strcmp(clip, "dev_speech_en") == 0) test_clip(m, "dev_speech_en");
     mimi_model_destroy(m);
     st_close(&refs);
     return test_summary();

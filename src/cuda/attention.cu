@@ -7,6 +7,8 @@
  * is -1 (0xFFFFFFFF) until written, so a fresh ring never aliases position 0. All keys of a step
  * are stored before any query runs, like the reference.
  */
+#include <stdint.h>
+
 #include "common.cuh"
 
 #define ATT_THREADS 512
@@ -198,8 +200,146 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
     }
 }
 
+// ---- attention, one pass (head_dim 64, at most 4 steps: every Mimi and Pocket transformer) ----
+
+#define ATTF_WARPS 8
+#define ATTF_HD 64
+
+// One block per (row, head), ATTF_WARPS warps each owning a contiguous share of the ring. A warp
+// reads two keys at a time (a half-warp per key, a float4 of its row per lane) together with the
+// same two value rows, four pairs per round so that 8 loads per lane are in flight, and keeps a
+// running maximum, sum and weighted value sum per step (the online softmax). Halves and warps are
+// then merged in a fixed order. Keys and values are read once, in one pass; the result differs
+// from the two-pass kernel above only in rounding.
+template <int MAXS>
+static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kernel(const struct op_attention a) {
+    __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
+    __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
+    const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, d = a.d, ring = a.ring;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
+    const int slot = a.row_slot[r];
+    float *out = a.out + (size_t)r * steps * d + (size_t)h * ATTF_HD;
+    if (slot < 0) {
+        for (int i = threadIdx.x; i < steps * ATTF_HD; i += blockDim.x) out[(size_t)(i / ATTF_HD) * d + i % ATTF_HD] = 0.0f;
+        return;
+    }
+    const size_t base = (size_t)slot * a.slot_stride;
+    const int32_t pos0 = a.next_pos[base];
+    const int32_t *positions = a.positions + base;
+    const float4 *keys = (const float4 *)(a.keys + base + (size_t)h * ATTF_HD) + li;
+    const float4 *values = (const float4 *)(a.values + base + (size_t)h * ATTF_HD) + li;
+    const int d4 = d / 4;
+    const float scale = 1.0f / sqrtf((float)ATTF_HD);
+    float4 q[MAXS], acc[MAXS];
+    float m[MAXS], l[MAXS];
+#pragma unroll
+    for (int s = 0; s < MAXS; s++) {
+        q[s] = s < steps ? *((const float4 *)(a.qkv + ((size_t)r * steps + s) * 3 * d + (size_t)h * ATTF_HD) + li)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        acc[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        m[s] = -INFINITY;
+        l[s] = 0.0f;
+    }
+    const int share = (ring + ATTF_WARPS - 1) / ATTF_WARPS;
+    const int j_begin = warp * share, j_end = min(ring, j_begin + share);
+    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
+        float4 kv[4], vv[4];
+        int32_t pk[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int j = j0 + 2 * u + half;
+            const bool in = j < j_end;
+            kv[u] = in ? keys[(size_t)j * d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            vv[u] = in ? values[(size_t)j * d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            pk[u] = in ? positions[j] : -1;
+        }
+#pragma unroll
+        for (int s = 0; s < MAXS; s++) {
+            if (s >= steps) break;
+            float sc[4], mx = m[s];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float dot = q[s].x * kv[u].x + q[s].y * kv[u].y + q[s].z * kv[u].z + q[s].w * kv[u].w;
+#pragma unroll
+                for (int off = 8; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                const int32_t age = pos0 + s - pk[u];
+                sc[u] = pk[u] >= 0 && age >= 0 && age < a.context ? dot * scale : -INFINITY;
+                mx = fmaxf(mx, sc[u]);
+            }
+            // nothing visible yet in this half: no change (selects, no branch around the shuffles)
+            const bool any = mx != -INFINITY;
+            const float c = any ? expf(m[s] - mx) : 1.0f;
+            float4 ac = make_float4(acc[s].x * c, acc[s].y * c, acc[s].z * c, acc[s].w * c);
+            float ls = l[s] * c;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float p = any ? expf(sc[u] - mx) : 0.0f;
+                ls += p;
+                ac.x += p * vv[u].x, ac.y += p * vv[u].y, ac.z += p * vv[u].z, ac.w += p * vv[u].w;
+            }
+            acc[s] = ac;
+            l[s] = ls;
+            m[s] = mx;
+        }
+    }
+    // merge the two halves of the warp, then the warps through shared memory
+#pragma unroll
+    for (int s = 0; s < MAXS; s++) {
+        if (s >= steps) break;
+        const float mo = __shfl_xor_sync(0xffffffffu, m[s], 16), lo = __shfl_xor_sync(0xffffffffu, l[s], 16);
+        float4 ao;
+        ao.x = __shfl_xor_sync(0xffffffffu, acc[s].x, 16);
+        ao.y = __shfl_xor_sync(0xffffffffu, acc[s].y, 16);
+        ao.z = __shfl_xor_sync(0xffffffffu, acc[s].z, 16);
+        ao.w = __shfl_xor_sync(0xffffffffu, acc[s].w, 16);
+        const float mm = fmaxf(m[s], mo);
+        // half 0 takes its own terms first, so both halves hold the same sums
+        const float c0 = mm == -INFINITY ? 0.0f : expf((half ? mo : m[s]) - mm);
+        const float c1 = mm == -INFINITY ? 0.0f : expf((half ? m[s] : mo) - mm);
+        const float l0 = half ? lo : l[s], l1 = half ? l[s] : lo;
+        const float4 a0 = half ? ao : acc[s], a1 = half ? acc[s] : ao;
+        if (half == 0) {
+            if (li == 0) {
+                sm_m[warp][s] = mm;
+                sm_l[warp][s] = l0 * c0 + l1 * c1;
+            }
+            sm_acc[warp][s][li] = make_float4(a0.x * c0 + a1.x * c1, a0.y * c0 + a1.y * c1, a0.z * c0 + a1.z * c1,
+                                              a0.w * c0 + a1.w * c1);
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < steps * (ATTF_HD / 4); t += blockDim.x) {
+        const int s = t / (ATTF_HD / 4), i4 = t % (ATTF_HD / 4);
+        float mm = -INFINITY;
+        for (int w = 0; w < ATTF_WARPS; w++) mm = fmaxf(mm, sm_m[w][s]);
+        float sum = 0.0f;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (mm != -INFINITY) {
+            for (int w = 0; w < ATTF_WARPS; w++) {
+                const float c = expf(sm_m[w][s] - mm);
+                const float4 v = sm_acc[w][s][i4];
+                sum += sm_l[w][s] * c;
+                o.x += v.x * c, o.y += v.y * c, o.z += v.z * c, o.w += v.w * c;
+            }
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        *(float4 *)(out + (size_t)s * d + 4 * i4) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    }
+}
+
+static int onepass_fits(const struct op_attention *a) {
+    return a->head_dim == ATTF_HD && a->steps >= 1 && a->steps <= 4 && a->d % 4 == 0 &&
+           (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 && (uintptr_t)a->qkv % 16 == 0 &&
+           (uintptr_t)a->out % 16 == 0 && a->slot_stride % 4 == 0;
+}
+
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid(a->R, a->n_heads);
+    if (onepass_fits(a)) {
+        if (a->steps <= 2) attention_onepass_kernel<2><<<grid, 32 * ATTF_WARPS, 0, STREAM(ex)>>>(*a);
+        else attention_onepass_kernel<4><<<grid, 32 * ATTF_WARPS, 0, STREAM(ex)>>>(*a);
+        return launch_status(ex, "attention");
+    }
     size_t smem = att_smem(a);
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
