@@ -113,11 +113,34 @@ typedef void (*mimi_log_fn)(void *user, int level, const char *msg);
 
 struct mimi_model;
 
-/* Instruction sets for the CPU kernels. AUTO picks the best the CPU has; REFERENCE forces the
- * plain scalar path that defines correct results (for tests and comparisons). */
+/* Instruction sets for the CPU kernels.
+ *
+ * MIMI_ISA_AUTO picks the best the CPU has at load (AVX-512, else AVX2 + FMA on x86-64; NEON
+ * on AArch64), and the plain reference path when none is available. MIMI_ISA_REFERENCE forces
+ * the scalar reference path that defines correct results (tests, comparisons). The explicit
+ * values force one kernel set, for tests and benchmarks: loading fails with MIMI_EUNSUPPORTED
+ * when that set was not compiled into the library or the CPU lacks it.
+ *
+ * The fast kernels differ from the reference only in rounding (each output is one fused
+ * multiply-add chain; ELU, GELU and exp use polynomial approximations within a few float ulps);
+ * outputs agree with the reference within the parity gates of the test suite, not bit for bit.
+ * Within one kernel set, results do not depend on n_threads or on the batch size. */
 enum mimi_isa {
     MIMI_ISA_AUTO = 0,
     MIMI_ISA_REFERENCE = 1,
+    MIMI_ISA_AVX2 = 2,   /* x86-64 AVX2 + FMA + F16C */
+    MIMI_ISA_AVX512 = 3, /* x86-64 AVX-512 F/BW/DQ/VL */
+    MIMI_ISA_NEON = 4,   /* AArch64 Advanced SIMD */
+};
+
+/* Storage of the weights the fast kernels read (the reference path always uses f32).
+ * MIMI_WEIGHTS_BF16 rounds the SEANet, transformer and projection weights to bfloat16 (round to
+ * nearest even), which halves the bytes a frame reads; arithmetic stays f32 and the quantizer's
+ * codebooks stay f32, so the nearest-code search is exact. Outputs move by about -45 dB relative
+ * to f32 and a few percent of the codes change (README, "Performance", measures both). */
+enum mimi_weights {
+    MIMI_WEIGHTS_F32 = 0,  /* exact weights as loaded (default) */
+    MIMI_WEIGHTS_BF16 = 1, /* bfloat16 copies (opt-in, never the default) */
 };
 
 /* Where a model's arithmetic runs (struct mimi_model_params.backend).
@@ -151,12 +174,24 @@ enum mimi_precision {
 
 struct mimi_model_params {
     int isa;            /* enum mimi_isa; default MIMI_ISA_AUTO */
-    int n_threads;      /* worker threads for one step; default 1 */
+    int n_threads;      /* threads that run one step, the calling thread included, 1 .. 256;
+                           default 1. With n > 1 the model owns a pool of n - 1 worker threads
+                           (created at load, joined by mimi_model_destroy) that split each layer's
+                           rows; outputs are identical to n = 1. The pool runs one step at a
+                           time: while one thread's step uses it, a step started by another
+                           thread on the same model (another encoder, decoder or batch) runs on
+                           its calling thread alone, with the same results. To run several
+                           streams in parallel at full speed, put them in one batch, or load one
+                           model per concurrent caller. The reference path (MIMI_ISA_REFERENCE)
+                           always runs on the calling thread alone. */
     mimi_log_fn log;    /* optional; default NULL (silent) */
     void *log_user;     /* passed to `log` */
     int backend;        /* enum mimi_backend; default MIMI_BACKEND_AUTO (the CPU) */
     int device;         /* CUDA device index, 0 .. count - 1; default 0 */
     int precision;      /* enum mimi_precision; default MIMI_PRECISION_STRICT */
+    int weights;        /* enum mimi_weights; default MIMI_WEIGHTS_F32. MIMI_WEIGHTS_BF16 is
+                           opt-in and applies to the fast kernels only (ignored with
+                           MIMI_ISA_REFERENCE, or when AUTO finds no SIMD kernels) */
 };
 
 /* Fills `params` with the defaults listed in struct mimi_model_params. */
@@ -177,7 +212,10 @@ MIMI_API void mimi_model_params_default(struct mimi_model_params *params);
  *
  * `params` may be NULL for the defaults. Returns the model, or NULL with `*err` set to
  * MIMI_EIO (cannot open or map), MIMI_EFORMAT (not a valid Mimi checkpoint; the log callback
- * names the tensor and the expected and found shapes), MIMI_ENOMEM or MIMI_EINVAL. */
+ * names the tensor and the expected and found shapes), MIMI_ENOMEM, MIMI_EINVAL, or
+ * MIMI_EUNSUPPORTED (params->isa names a kernel set not compiled in or not on this CPU).
+ * With the fast CPU kernels, loading also makes the model's packed copy of the weights (about
+ * 385 MB for the default Mimi in f32, about half that with MIMI_WEIGHTS_BF16). */
 MIMI_API struct mimi_model *mimi_model_load(const char *path, const struct mimi_model_params *params,
                                             int *err);
 

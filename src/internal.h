@@ -17,6 +17,10 @@
 #define MIMI_MAX_SEANET_LAYERS 32
 #define MIMI_ERRMSG_LEN 512
 
+struct mimi_cpu;     // the fast CPU path of a model (src/cpu/cpu.h); NULL on the reference path
+struct mimi_packed;  // one weight matrix packed for the fast kernels (src/cpu/cpu.h)
+struct mimi_linear;  // a weight matrix with its packed copy (below)
+
 // ---- model description ----
 
 // A Conv1d or a ConvTranspose1d, with its weights.
@@ -27,6 +31,7 @@ struct mimi_conv {
     const float *weight;  // conv: (c_out, c_in/groups, kernel); convtr: (c_in, c_out/groups, kernel)
     const float *bias;    // (c_out) or NULL
     const float *weight_t;  // dense convtr only: (c_out * kernel, c_in), row (o*K + k) = W[:, o, k]
+    const struct mimi_packed *packed;  // fast path: the packed weights; NULL: reference arithmetic
 };
 
 enum seanet_kind { SEANET_CONV, SEANET_CONVTR, SEANET_RESBLOCK, SEANET_ELU };
@@ -44,6 +49,7 @@ struct seanet {
     int n_layers;
     struct seanet_layer layers[MIMI_MAX_SEANET_LAYERS];
     int hop;  // samples per latent step (product of the strides)
+    const struct mimi_cpu *cpu;  // fast path, or NULL
 };
 
 // One pre-norm transformer layer (attention without biases, GELU MLP, layer scales).
@@ -55,6 +61,8 @@ struct transformer_layer {
     const float *linear1;            // (ff, d)
     const float *linear2;            // (d, ff)
     const float *scale1, *scale2;    // (d) layer scales
+    // fast path: in_proj, out_proj, linear1, linear2 packed (NULL on the reference path)
+    const struct mimi_packed *p_in_proj, *p_out_proj, *p_linear1, *p_linear2;
 };
 
 struct transformer {
@@ -62,6 +70,7 @@ struct transformer {
     int context;        // attention window in steps (250)
     float max_period;   // RoPE base (10000)
     struct transformer_layer layers[16];
+    const struct mimi_cpu *cpu;  // fast path, or NULL
 };
 
 // The split residual vector quantizer: codebook 0 semantic, 1.. acoustic. Models without one
@@ -76,6 +85,11 @@ struct quantizer {
     const float *out_first, *out_rest;  // (latent, dim)
     float *codebooks;                   // (n_q, bins, dim), embedding_sum / max(usage, 1e-5)
     float *norms;                       // (n_q, bins), squared norm of each entry
+    // The maps above as linear maps for mimi_linear_apply (fast or reference path), filled at
+    // load by src/cpu/pack.c. lin_books[k] is codebook k as a (bins, dim) map (its scores).
+    struct mimi_linear *lin_in_first, *lin_in_rest, *lin_out_first, *lin_out_rest;
+    struct mimi_linear *lin_books;      // (n_q)
+    struct mimi_linear *lin_projection; // continuous-latent models
 };
 
 struct mimi_cuda_model;  // a model's weights on a CUDA device (src/cuda/runtime.h)
@@ -106,7 +120,22 @@ struct mimi_model {
     int backend;                   // enum mimi_backend in use: MIMI_BACKEND_CPU or MIMI_BACKEND_CUDA
     int device, precision;         // CUDA device index, enum mimi_precision
     struct mimi_cuda_model *cuda;  // the weights on the device (src/cuda), NULL on the CPU
+    int weights;            // enum mimi_weights
+    struct mimi_cpu *cpu;   // the fast CPU path (src/cpu/cpu.c), or NULL for the reference path
 };
+
+// A weight matrix applied as a linear map y = W x: the reference layout and, on the fast CPU
+// path, the packed copy the kernels read.
+struct mimi_linear {
+    int rows, cols;
+    const float *weight;               // (rows, cols)
+    const struct mimi_packed *packed;  // NULL: the reference matmul (ops.h)
+};
+
+// y[m * y_ms + n * y_ns] = sum_k W[m, k] x[n * ldx + k] for m < rows, n < N: mimi_matmul_nt
+// without a bias, through the fast kernels when the model has them (src/cpu/cpu.c).
+void mimi_linear_apply(const struct mimi_linear *l, int N, const float *x, int ldx, float *y,
+                       int y_ms, int y_ns);
 
 // ---- loading (model.c) ----
 

@@ -47,7 +47,8 @@ static struct mimi_model *model_new(const struct mimi_model_params *params, int 
         params = &defaults;
     }
     if (params->n_threads < 1 || params->n_threads > 256 || params->isa < MIMI_ISA_AUTO ||
-        params->isa > MIMI_ISA_REFERENCE) {
+        params->isa > MIMI_ISA_NEON ||
+        (params->weights != MIMI_WEIGHTS_F32 && params->weights != MIMI_WEIGHTS_BF16)) {
         if (err) *err = MIMI_EINVAL;
         return NULL;
     }
@@ -69,6 +70,7 @@ static struct mimi_model *model_new(const struct mimi_model_params *params, int 
     m->backend = params->backend == MIMI_BACKEND_CUDA ? MIMI_BACKEND_CUDA : MIMI_BACKEND_CPU;
     m->device = params->device;
     m->precision = params->precision;
+    m->weights = params->weights;
     return m;
 }
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "internal.h"
 #include "gpu.h"
 
@@ -578,6 +579,7 @@ static int detect_naming(struct loader *L) {
 void mimi_model_free(struct mimi_model *m) {
     if (!m) return;
     mimi_cuda_model_free(m);
+    mimi_cpu_free(m);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     st_close(&m->file);
@@ -596,5 +598,5 @@ int mimi_model_bind(struct mimi_model *m) {
     load_quantizer(&L, &m->quantizer, m->latent_dim, m->frame_dim);
     load_seanet(&L, &m->decoder, "decoder", m->latent_dim);
     check_geometry(&L, m);
-    return L.failed ? MIMI_EFORMAT : 0;
+    return L.failed ? MIMI_EFORMAT : mimi_cpu_prepare(m);
 }

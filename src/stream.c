@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "cpu/offline.h"
 
 // ---- shared parts ----
 
@@ -299,7 +300,14 @@ static int64_t encode_offline(const struct mimi_model *model, const struct mimi_
     if (rc == MIMI_OK) rc = mimi_batch_check_finite(e->batch, pcm, (size_t)n_samples, "sample");
     if (rc == MIMI_OK && !(frame_out = malloc(sizeof(float) * (size_t)per_frame))) rc = MIMI_ENOMEM;
     const int frame = model->frame_size;
-    for (int64_t f = 0; rc == MIMI_OK && f < n_frames; f++) {
+    int64_t f0 = 0;  // frames done
+    if (rc == MIMI_OK && !e->batch->gpu) {
+        // on the CPU: many frames per pass (src/cpu/offline.h)
+        rc = mimi_offline_encode(model, e->batch->n_codebooks, p.tap, p.tap_user, pcm, n_samples,
+                                 n_frames, want_codes ? codes : NULL, want_codes ? NULL : latents);
+        f0 = n_frames;
+    }
+    for (int64_t f = f0; rc == MIMI_OK && f < n_frames; f++) {
         // whole frames straight from the input, the last one zero-padded
         int64_t start = f * frame, left = n_samples - start;
         const float *in = pcm + start;
@@ -362,7 +370,14 @@ static int64_t decode_offline(const struct mimi_model *model, const struct mimi_
         }
     }
     if (rc == MIMI_OK && !(frame_in = malloc(sizeof(float) * (size_t)per_frame))) rc = MIMI_ENOMEM;
-    for (int64_t f = 0; rc == MIMI_OK && f < n_frames; f++) {
+    int64_t f0 = 0;  // frames done
+    if (rc == MIMI_OK && !b->gpu) {
+        // on the CPU: many frames per pass (src/cpu/offline.h)
+        rc = mimi_offline_decode(model, b->n_codebooks, p.tap, p.tap_user, want_codes ? codes : NULL,
+                                 want_codes ? NULL : latents, n_frames, pcm);
+        f0 = n_frames;
+    }
+    for (int64_t f = f0; rc == MIMI_OK && f < n_frames; f++) {
         for (int q = 0; q < per_frame; q++) {
             if (want_codes) ((int32_t *)frame_in)[q] = codes[q * n_frames + f];
             else frame_in[q] = latents[q * n_frames + f];

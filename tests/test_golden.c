@@ -7,7 +7,9 @@
  * semantic codebook 100% equal; PCM and every tap within relative L2 1e-4. Taps are checked in
  * pipeline order and the first stage that diverges is named.
  *
- * usage: test_golden CLIP [MODEL_FILE_NAME] [encode|all]
+ * usage: test_golden CLIP [MODEL_FILE_NAME] [encode|all] [reference]
+ * ("reference" loads with MIMI_ISA_REFERENCE: the scalar reference path instead of the default,
+ * fastest kernels)
  */
 #include "mimi.h"
 #include "safetensors.h"
@@ -214,7 +216,7 @@ static void log_line(void *user, int level, const char *msg) {
 int main(int argc, char **argv) {
     test_init(argc, argv);
     if (argc < 2) {
-        fprintf(stderr, "usage: %s CLIP [MODEL_FILE_NAME] [encode|all]\n", argv[0]);
+        fprintf(stderr, "usage: %s CLIP [MODEL_FILE_NAME] [encode|all] [reference]\n", argv[0]);
         return 2;
     }
     clip = argv[1];
@@ -235,6 +237,7 @@ int main(int argc, char **argv) {
             if (!mimi_backend_available(MIMI_BACKEND_CUDA)) SKIP("no CUDA device");
             mp.backend = MIMI_BACKEND_CUDA;
         }
+    if (argc > 4 && strcmp(argv[4], "reference") == 0) mp.isa = MIMI_ISA_REFERENCE;
     int rc;
     struct mimi_model *model = mimi_model_load(path, &mp, &rc);
     if (!model) {

@@ -7,9 +7,11 @@
  * replicate-padded conv. A ConvTranspose1d computes its full output, adds the tail carried from
  * the previous call, emits stride * T columns and carries the rest without the bias.
  * The arithmetic is one matmul per call (ops.h) over an im2col copy of the input.
+ * This is the reference path; a conv with packed weights runs src/cpu/conv_fast.c instead.
  */
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "nn.h"
 #include "ops.h"
 
@@ -17,19 +19,19 @@
 
 static int conv_mem_cols(const struct mimi_conv *c) { return c->kernel - c->stride; }
 
+// (fast transposed convs keep input columns instead of the tail: see conv_fast.c)
 void conv_mem_layout(struct arena *a, const struct mimi_conv *c, struct conv_mem *m) {
-    int rows = c->transposed ? c->c_out : c->c_in;
-    m->buf = arena_floats(a, (size_t)rows * conv_mem_cols(c));
+    m->buf = arena_floats(a, mimi_cpu_conv_mem_floats(c));
     m->first = 1;
 }
 
 void conv_mem_reset(const struct mimi_conv *c, struct conv_mem *m) {
-    int rows = c->transposed ? c->c_out : c->c_in;
-    memset(m->buf, 0, sizeof(float) * (size_t)rows * conv_mem_cols(c));
+    memset(m->buf, 0, sizeof(float) * mimi_cpu_conv_mem_floats(c));
     m->first = 1;
 }
 
 size_t conv_work_floats(const struct mimi_conv *c, int n, int T) {
+    if (c->packed) return mimi_cpu_conv_work_floats(c, n, T);
     size_t H = (size_t)conv_mem_cols(c), N = (size_t)n;
     if (!c->transposed) {
         // one slot's [history | x], plus the im2col matrix (n * T/S, c_in*K)
@@ -45,6 +47,10 @@ size_t conv_work_floats(const struct mimi_conv *c, int n, int T) {
 
 void conv1d_stream(const struct mimi_conv *c, struct conv_mem **mems, int n, const float *x, int T,
                    float *y, float *work) {
+    if (c->packed) {
+        mimi_cpu_conv_stream(c, mems, n, x, T, y, work, NULL);
+        return;
+    }
     const int H = conv_mem_cols(c), L = H + T, K = c->kernel, S = c->stride;
     const int T_out = T / S, row = c->c_in * K, NT = n * T;
     float *xin = work;                          // (c_in, L) for one slot at a time
@@ -79,6 +85,10 @@ void conv1d_stream(const struct mimi_conv *c, struct conv_mem **mems, int n, con
 
 void convtr_stream(const struct mimi_conv *c, struct conv_mem **mems, int n, const float *x, int T,
                    float *y, float *work) {
+    if (c->packed) {
+        mimi_cpu_conv_stream(c, mems, n, x, T, y, work, NULL);
+        return;
+    }
     const int K = c->kernel, S = c->stride, P = K - S, Lf = S * T + P, NT = n * T;
     const int depthwise = c->groups == c->c_in && c->groups == c->c_out;
     float *full = work;                            // (c_out, Lf) for one slot at a time

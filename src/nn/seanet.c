@@ -4,9 +4,12 @@
  * The table (struct seanet, filled by model.c from the checkpoint) lists convs, transposed
  * convs, ELUs and residual blocks in order; this file only runs it. A residual block is
  * x + conv1x1(elu(conv_k3(elu(x)))): the shortcut adds the pre-activation input (true skip).
+ * With packed weights (the fast CPU path) each ELU is fused into the conv that reads it, and a
+ * resblock is two fused calls: conv_k3 with ELU in and out, then conv1x1 adding into x.
  */
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "nn.h"
 #include "ops.h"
 
@@ -69,8 +72,70 @@ static void resblock(const struct seanet_layer *l, struct conv_mem **mems, int n
     for (size_t i = 0; i < count; i++) x[i] += h[i];
 }
 
+// ---- fast forward ----
+
+// The stack on the fast kernels: an ELU followed by a conv becomes that conv's input stage.
+static float *forward_fast(const struct seanet *s, struct seanet_mem **mems, int n,
+                           struct seanet_scratch *sc, const float *x, int T_in, int *T_out) {
+    const struct mimi_kernels *k = s->cpu->k;
+    int cur = 0, T = T_in, elu_pending = 0;
+    const float *in = x;  // the first layer reads the caller's input where it lies
+    for (int i = 0; i < s->n_layers; i++) {
+        const struct seanet_layer *l = &s->layers[i];
+        const int c_in = l->kind == SEANET_CONV || l->kind == SEANET_CONVTR ? l->conv.c_in
+                                                                              : l->channels_out;
+        const size_t count = (size_t)c_in * n * T;
+        const int fused = (l->kind == SEANET_CONV || l->kind == SEANET_CONVTR) && l->conv.packed;
+        const int next_fuses = i + 1 < s->n_layers && s->layers[i + 1].conv.packed &&
+                               (s->layers[i + 1].kind == SEANET_CONV ||
+                                s->layers[i + 1].kind == SEANET_CONVTR);
+        for (int j = 0; j < n; j++) sc->mems[j] = &mems[j]->conv[i];
+        // in place work needs the input in the scratch, with any pending ELU applied
+        if (!fused && !(l->kind == SEANET_ELU && next_fuses)) {
+            if (in != sc->act[cur]) memcpy(sc->act[cur], in, sizeof(float) * count);
+            in = sc->act[cur];
+            if (elu_pending) k->elu(sc->act[cur], in, count);
+            elu_pending = 0;
+        }
+        float *io = sc->act[cur], *out = sc->act[1 - cur];
+        switch (l->kind) {
+        case SEANET_ELU:
+            if (next_fuses) elu_pending = 1;
+            else k->elu(io, io, count);
+            break;
+        case SEANET_RESBLOCK: {
+            // mid = elu(conv_k3(elu(x))); x += conv1x1(mid)
+            const struct mimi_conv_fuse f1 = {1, MIMI_EPI_ELU}, f2 = {0, MIMI_EPI_ADD};
+            mimi_cpu_conv_stream(&l->conv, sc->mems, n, io, T, sc->res[1], sc->work, &f1);
+            mimi_cpu_conv_stream(&l->conv2, sc->mems, n, sc->res[1], T, io, sc->work, &f2);
+            break;
+        }
+        case SEANET_CONV:
+        case SEANET_CONVTR:
+            if (fused) {
+                const struct mimi_conv_fuse f = {elu_pending, MIMI_EPI_NONE};
+                mimi_cpu_conv_stream(&l->conv, sc->mems, n, in, T, out, sc->work, &f);
+            } else if (l->kind == SEANET_CONV) {
+                conv1d_stream(&l->conv, sc->mems, n, in, T, out, sc->work);
+            } else {
+                convtr_stream(&l->conv, sc->mems, n, in, T, out, sc->work);
+            }
+            elu_pending = 0;
+            cur = 1 - cur;
+            in = sc->act[cur];
+            break;
+        }
+        T = layer_steps_out(l, T);
+    }
+    *T_out = T;
+    return (float *)in;
+}
+
+// ---- reference forward ----
+
 float *seanet_forward(const struct seanet *s, struct seanet_mem **mems, int n,
                       struct seanet_scratch *sc, const float *x, int T_in, int *T_out) {
+    if (s->cpu) return forward_fast(s, mems, n, sc, x, T_in, T_out);
     int cur = 0, T = T_in;
     memcpy(sc->act[0], x, sizeof(float) * (size_t)s->layers[0].conv.c_in * n * T_in);
     for (int i = 0; i < s->n_layers; i++) {

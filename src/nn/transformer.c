@@ -7,10 +7,12 @@
  * and p' is still in the ring. All of a call's keys are written before any query runs, so a ring
  * of exactly `context` slots reproduces the reference's streaming behaviour (the first step of a
  * frame loses its oldest key after 10 s) and a ring of context + steps gives the exact window.
+ * This is the reference path; with packed weights src/cpu/transformer_fast.c runs instead.
  */
 #include <math.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "nn.h"
 #include "ops.h"
 
@@ -36,7 +38,9 @@ void transformer_scratch_layout(struct arena *a, const struct transformer *t, in
     sc->qkv = arena_floats(a, rows * 3 * d);
     sc->att = arena_floats(a, rows * d);
     sc->ff = arena_floats(a, rows * t->d_ff);
-    sc->scores = arena_floats(a, (size_t)capacity);
+    // the fast path (src/cpu/transformer_fast.c) keeps its per-call tables in `scores`
+    sc->scores = arena_floats(a, t->cpu ? mimi_cpu_transformer_scratch_floats(t, n, steps, capacity)
+                                        : (size_t)capacity);
 }
 
 void transformer_reset(const struct transformer *t, struct transformer_mem *m) {
@@ -134,6 +138,10 @@ static void layer_forward(const struct transformer *t, struct transformer_mem **
 
 void transformer_forward(const struct transformer *t, struct transformer_mem **mems, int n,
                          struct transformer_scratch *sc, float *io, int steps) {
+    if (t->cpu) {
+        mimi_cpu_transformer_forward(t, mems, n, sc, io, steps);
+        return;
+    }
     const int d = t->d_model, rows = n * steps;
     // (d, n*steps) -> (n*steps, d)
     for (int c = 0; c < d; c++)
