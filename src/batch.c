@@ -14,7 +14,6 @@
 
 #include "batch.h"
 #include "gpu.h"
-#include "nn/ops.h"
 
 // ---- layout ----
 
@@ -231,7 +230,7 @@ int mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
     if (codes)
         quantizer_decode(&m->quantizer, codes, n, b->n_codebooks, b->latent, b->q_work);
     else
-        mimi_matmul_nt(d, n, fd, m->quantizer.projection, fd, latents, fd, NULL, b->latent, n, 1);
+        mimi_linear_apply(m->quantizer.lin_projection, n, latents, fd, b->latent, n, 1);
     tap(b, "dec_latent", b->latent, d, n);
     convtr_stream(&m->upsample, b->resample_mems, n, b->latent, 1, b->upsampled, b->resample_work);
     tap(b, "dec_upsample", b->upsampled, d, n * steps);

@@ -23,7 +23,7 @@ static void nearest_codes(const struct quantizer *q, int level, float *r, int n,
     const float *book = q->codebooks + (size_t)level * bins * dim;
     const float *norms = q->norms + (size_t)level * bins;
     // scores (n, bins) = r . book^T: the codebook is read once for all slots
-    mimi_matmul_nt(bins, n, dim, book, dim, r, dim, NULL, scores, 1, bins);
+    mimi_linear_apply(&q->lin_books[level], n, r, dim, scores, 1, bins);
     for (int s = 0; s < n; s++) {
         int code = mimi_argmin_distance(norms, scores + (size_t)s * bins, bins);
         codes[(size_t)s * stride] = code;
@@ -40,11 +40,11 @@ void quantizer_encode(const struct quantizer *q, const float *latent, int n, int
     for (int c = 0; c < D; c++)
         for (int s = 0; s < n; s++) xt[(size_t)s * D + c] = latent[(size_t)c * n + s];
     // semantic: nearest entry of codebook 0 to in_first . latent
-    mimi_matmul_nt(dim, n, D, q->in_first, D, xt, D, NULL, r, 1, dim);
+    mimi_linear_apply(q->lin_in_first, n, xt, D, r, 1, dim);
     nearest_codes(q, 0, r, n, codes, n_codebooks, scores, 0);
     if (n_codebooks < 2) return;
     // acoustic: residual VQ of in_rest . latent (the same latent, not the semantic residual)
-    mimi_matmul_nt(dim, n, D, q->in_rest, D, xt, D, NULL, r, 1, dim);
+    mimi_linear_apply(q->lin_in_rest, n, xt, D, r, 1, dim);
     for (int k = 1; k < n_codebooks; k++) nearest_codes(q, k, r, n, codes + k, n_codebooks, scores, 1);
 }
 
@@ -63,8 +63,8 @@ void quantizer_decode(const struct quantizer *q, const int32_t *codes, int n, in
         }
     }
     // latent (D, n) = out_first . E_0 + out_rest . sum
-    mimi_matmul_nt(D, n, dim, q->out_first, dim, e0, dim, NULL, latent, n, 1);
+    mimi_linear_apply(q->lin_out_first, n, e0, dim, latent, n, 1);
     if (n_codebooks < 2) return;
-    mimi_matmul_nt(D, n, dim, q->out_rest, dim, sum, dim, NULL, acoustic, n, 1);
+    mimi_linear_apply(q->lin_out_rest, n, sum, dim, acoustic, n, 1);
     for (size_t i = 0; i < (size_t)D * n; i++) latent[i] += acoustic[i];
 }
