@@ -209,6 +209,23 @@ run encode --model "$MODEL" "$T/stereo.wav" -o "$T/stereo.npy"
 check "stereo input is downmixed (1000 samples -> [8, 1])" eval \
     'rc_is 0 && npy_is "$T/stereo.npy" "<i4" "(8, 1)" 4 8'
 
+# ---- kernels, weights and backend ----
+
+run encode --model "$MODEL" --isa reference --threads 1 "$T/one.wav" -o "$T/ref.npy"
+check "encode --isa reference (the plain C path) writes [8, 1]" eval \
+    'rc_is 0 && npy_is "$T/ref.npy" "<i4" "(8, 1)" 4 8'
+run decode --model "$MODEL" --weights bf16 "$T/env.npy" -o "$T/bf16.wav"
+check "decode --weights bf16 writes 1920 samples" eval 'rc_is 0 && wav_is "$T/bf16.wav" 1920 16'
+run encode --model "$MODEL" --isa sse9 "$T/one.wav" -o "$T/isa.npy"
+check "an unknown --isa is a usage error" eval 'rc_is 2 && stderr_has "--isa" && absent "$T/isa.npy"'
+run encode --model "$MODEL" --weights f8 "$T/one.wav" -o "$T/w.npy"
+check "an unknown --weights is a usage error" eval 'rc_is 2 && absent "$T/w.npy"'
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    run encode --model "$MODEL" --backend cuda "$T/one.wav" -o "$T/cuda.npy"
+    check "--backend cuda without a GPU: one clear line, no output" eval \
+        'rc_is 1 && one_line && stderr_has "no CUDA backend" && absent "$T/cuda.npy"'
+fi
+
 # ---- model errors ----
 
 run encode "$T/one.wav" -o "$T/nomodel.npy"

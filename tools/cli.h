@@ -29,7 +29,8 @@ struct opts {
     int n_inputs;
     const char *output, *model;
     int codebooks;              // 0: the command's default
-    int threads, jobs;          // model threads per step; files at once (0: 1)
+    int threads, jobs;          // model threads per step (0: the CPUs online, up to 8); files at once (0: 1)
+    int backend, isa, weights;  // --backend, --isa, --weights (enum mimi_backend / mimi_isa / mimi_weights)
     int offline, float_wav, quiet, json, text, any_model;
     int rate, channels;         // --rate, --channels; 0 when not given
     enum audio_raw raw;
@@ -77,7 +78,7 @@ const char *cli_channels_name(int channels, char *buf, size_t len);
 const char *cli_model_path(const struct opts *o);
 
 // Loads the model; on failure prints one line naming the file and the cause, returns NULL.
-struct mimi_model *cli_load_model(const char *path, int threads);
+struct mimi_model *cli_load_model(const char *path, const struct opts *o);
 
 // XXH64 of the model file as 16 hex digits, computed once (thread-safe). NULL after printing why
 // on failure.

@@ -136,7 +136,13 @@ static void log_to_stderr(void *user, int level, const char *msg) {
     }
 }
 
-struct mimi_model *cli_load_model(const char *path, int threads) {
+// The threads a step uses when --threads is not given: the CPUs online, at most 8.
+static int default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+struct mimi_model *cli_load_model(const char *path, const struct opts *o) {
     struct stat st;
     if (stat(path, &st) != 0) {
         cli_fail(path, "cannot open the model (%s)", strerror(errno));
@@ -146,9 +152,19 @@ struct mimi_model *cli_load_model(const char *path, int threads) {
         cli_fail(path, "is a directory, not a model file");
         return NULL;
     }
+    if (o && o->backend == MIMI_BACKEND_CUDA && !mimi_backend_available(MIMI_BACKEND_CUDA)) {
+        cli_fail(path, "--backend cuda: no CUDA backend here (built without CUDA, or no NVIDIA GPU "
+                       "is visible)");
+        return NULL;
+    }
     struct mimi_model_params mp;
     mimi_model_params_default(&mp);
-    if (threads > 0) mp.n_threads = threads;
+    mp.n_threads = o && o->threads > 0 ? o->threads : default_threads();
+    if (o) {
+        mp.backend = o->backend;
+        mp.isa = o->isa;
+        mp.weights = o->weights;
+    }
     mp.log = log_to_stderr;
     int err = MIMI_OK;
     g_log.holding = 1;

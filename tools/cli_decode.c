@@ -340,7 +340,7 @@ int cmd_decode(const struct opts *o) {
     int rc = plan_outputs(o, items, o->raw ? ".raw" : audio_out_ext(kind), mpath);
     if (!rc && o->n_inputs == 1 && !items[0].ok) rc = 1;
     struct mimi_model *model = NULL;
-    if (!rc && !(model = cli_load_model(mpath, o->threads))) rc = 1;
+    if (!rc && !(model = cli_load_model(mpath, o))) rc = 1;
     enum frame_type type = FRAME_CODES;
     if (!rc) rc = cli_frame_type(o, model, mpath, &type);
     if (!rc && mimi_model_latent_size(model) > CLI_MAX_FRAME) {

@@ -289,7 +289,7 @@ int cmd_encode(const struct opts *o) {
     int rc = plan_outputs(&po, items, ext, mpath);
     if (!rc && o->n_inputs == 1 && !items[0].ok) rc = 1;
     struct mimi_model *model = NULL;
-    if (!rc && !(model = cli_load_model(mpath, o->threads))) rc = 1;
+    if (!rc && !(model = cli_load_model(mpath, o))) rc = 1;
     struct enc_ctx x = {.o = &po, .model = model, .model_path = mpath, .items = items,
                         .stream_out = stream_out};
     if (!rc) rc = cli_frame_type(o, model, mpath, &x.type);

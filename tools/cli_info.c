@@ -79,7 +79,7 @@ static void end(struct out *w) {
 // ---- models ----
 
 static int info_model(struct out *w, const char *path, struct st_file *f, int first) {
-    struct mimi_model *model = cli_load_model(path, 1);
+    struct mimi_model *model = cli_load_model(path, NULL);
     if (!model) return 1;
     char v[256], t[256];
     begin(w, path, "model", first);

@@ -101,7 +101,7 @@ int cmd_roundtrip(const struct opts *o) {
         if (plan_outputs(&po, &it, ".wav", mpath)) return 1;
         if (!it.ok) return 1;
     }
-    struct mimi_model *model = cli_load_model(mpath, o->threads);
+    struct mimi_model *model = cli_load_model(mpath, o);
     if (!model) return 1;
     enum frame_type type;
     int rc = cli_frame_type(o, model, mpath, &type);

@@ -24,7 +24,7 @@ enum { CMD_ENCODE = 1, CMD_DECODE = 2, CMD_SYNTH = 4, CMD_ROUNDTRIP = 8, CMD_INF
 
 enum { OPT_OUTPUT, OPT_MODEL, OPT_CODEBOOKS, OPT_OFFLINE, OPT_THREADS, OPT_JOBS, OPT_FLOAT,
        OPT_RATE, OPT_CHANNELS, OPT_RAW, OPT_TEXT, OPT_FORMAT, OPT_ANY_MODEL, OPT_JSON, OPT_SEED,
-       OPT_NAMING, OPT_DTYPE, OPT_QUIET };
+       OPT_NAMING, OPT_DTYPE, OPT_QUIET, OPT_BACKEND, OPT_ISA, OPT_WEIGHTS };
 
 static const struct option_def {
     const char *name;
@@ -50,11 +50,20 @@ static const struct option_def {
     [OPT_NAMING] = {"naming", 0, 1, CMD_SYNTH},
     [OPT_DTYPE] = {"dtype", 0, 1, CMD_SYNTH},
     [OPT_QUIET] = {"quiet", 'q', 0, CMD_CODEC | CMD_SYNTH | CMD_INFO},
+    [OPT_BACKEND] = {"backend", 0, 1, CMD_CODEC},
+    [OPT_ISA] = {"isa", 0, 1, CMD_CODEC},
+    [OPT_WEIGHTS] = {"weights", 0, 1, CMD_CODEC},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
 static const char *const NAMINGS[] = {[SYNTH_NAMING_KYUTAI] = "kyutai", [SYNTH_NAMING_HF] = "hf",
                                       [SYNTH_NAMING_POCKET] = "pocket"};
+static const char *const BACKENDS[] = {[MIMI_BACKEND_AUTO] = "auto", [MIMI_BACKEND_CPU] = "cpu",
+                                       [MIMI_BACKEND_CUDA] = "cuda"};
+static const char *const ISAS[] = {[MIMI_ISA_AUTO] = "auto", [MIMI_ISA_REFERENCE] = "reference",
+                                   [MIMI_ISA_AVX2] = "avx2", [MIMI_ISA_AVX512] = "avx512",
+                                   [MIMI_ISA_NEON] = "neon"};
+static const char *const WEIGHTS[] = {[MIMI_WEIGHTS_F32] = "f32", [MIMI_WEIGHTS_BF16] = "bf16"};
 static const char *const DTYPES[] = {[SYNTH_F32] = "f32", [SYNTH_F16] = "f16",
                                      [SYNTH_BF16] = "bf16"};
 
@@ -125,6 +134,21 @@ static int set_option(struct opts *o, int id, const char *v) {
         if ((k = pick(v, NAMINGS, 3)) < 0)
             return cli_usage_error(cmd, "--naming is kyutai, hf or pocket, not '%s'", v);
         o->naming = (enum synth_naming)k;
+        break;
+    case OPT_BACKEND:
+        if ((k = pick(v, BACKENDS, 3)) < 0)
+            return cli_usage_error(cmd, "--backend is auto, cpu or cuda, not '%s'", v);
+        o->backend = k;
+        break;
+    case OPT_ISA:
+        if ((k = pick(v, ISAS, 5)) < 0)
+            return cli_usage_error(cmd, "--isa is auto, reference, avx2, avx512 or neon, not '%s'", v);
+        o->isa = k;
+        break;
+    case OPT_WEIGHTS:
+        if ((k = pick(v, WEIGHTS, 2)) < 0)
+            return cli_usage_error(cmd, "--weights is f32 or bf16, not '%s'", v);
+        o->weights = k;
         break;
     case OPT_DTYPE:
         if ((k = pick(v, DTYPES, 3)) < 0)
