@@ -100,22 +100,27 @@ static int run_streaming(struct mimi_model *model, const struct options *o, stru
     int rc;
     struct mimi_encoder *e = mimi_encoder_create(model, &sp, &rc);
     struct mimi_decoder *d = e ? mimi_decoder_create(model, &sp, &rc) : NULL;
+    // a frame is n_q codes, or latent_size floats for a model with continuous latents
+    const int latent = mimi_model_latent_size(model), per = latent > 0 ? latent : o->n_q;
     float *pcm = malloc(sizeof(float) * (size_t)F * total), *out = malloc(sizeof(float) * F);
-    int32_t *codes = malloc(sizeof(int32_t) * (size_t)o->n_q * total);
+    int32_t *codes = malloc(sizeof(int32_t) * (size_t)per * total);
+    float *latents = malloc(sizeof(float) * (size_t)per * total);
     double *te = malloc(sizeof(double) * total), *td = malloc(sizeof(double) * total);
-    if (!d || !pcm || !out || !codes || !te || !td) {
+    if (!d || !pcm || !out || !codes || !latents || !te || !td) {
         fprintf(stderr, "setup failed: %s\n", mimi_strerror(rc));
         return 1;
     }
     make_audio(pcm, (size_t)F * total);
     for (int f = 0; f < total && rc == MIMI_OK; f++) {
         double t0 = bench_now();
-        rc = mimi_encoder_step(e, pcm + (size_t)f * F, codes + (size_t)f * o->n_q);
+        rc = latent > 0 ? mimi_encoder_step_latent(e, pcm + (size_t)f * F, latents + (size_t)f * per)
+                        : mimi_encoder_step(e, pcm + (size_t)f * F, codes + (size_t)f * per);
         te[f] = 1e3 * (bench_now() - t0);
     }
     for (int f = 0; f < total && rc == MIMI_OK; f++) {
         double t0 = bench_now();
-        rc = mimi_decoder_step(d, codes + (size_t)f * o->n_q, out);
+        rc = latent > 0 ? mimi_decoder_step_latent(d, latents + (size_t)f * per, out)
+                        : mimi_decoder_step(d, codes + (size_t)f * per, out);
         td[f] = 1e3 * (bench_now() - t0);
     }
     if (rc != MIMI_OK) fprintf(stderr, "step failed: %s\n", mimi_strerror(rc));
@@ -123,7 +128,7 @@ static int run_streaming(struct mimi_model *model, const struct options *o, stru
     dec->ms = stats_of(td + o->warmup, o->frames);
     mimi_decoder_destroy(d);
     mimi_encoder_destroy(e);
-    free(pcm), free(out), free(codes), free(te), free(td);
+    free(pcm), free(out), free(codes), free(latents), free(te), free(td);
     return rc != MIMI_OK;
 }
 
