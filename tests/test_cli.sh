@@ -29,44 +29,12 @@ command -v soxi >/dev/null 2>&1 && HAVE_SOXI=1
 
 # ---- harness ----
 
-PASSED=0
-FAILED=0
-RC=0
+. "$(dirname "$0")/cli_harness.sh"
 
-# run ARGS...: runs the command, stdout to $T/stdout, stderr to $T/stderr, status in $RC.
-run() {
-    "$MIMI" "$@" >"$T/stdout" 2>"$T/stderr"
-    RC=$?
-}
-
-# check NAME CONDITION...: evaluates the condition (a command) and reports the case.
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "ok - $name"
-        PASSED=$((PASSED + 1))
-    else
-        echo "not ok - $name"
-        echo "#   exit status $RC; stderr:"
-        sed 's/^/#   /' "$T/stderr" 2>/dev/null | head -n 20
-        FAILED=$((FAILED + 1))
-    fi
-}
-
-rc_is() { [ "$RC" -eq "$1" ]; }
-stderr_has() { grep -qF -- "$1" "$T/stderr"; }
-stdout_has() { grep -qF -- "$1" "$T/stdout"; }
-absent() { [ ! -e "$1" ]; }
 # The failure is reported on one line (library log lines before it are allowed for model loads).
 one_line() { [ "$(wc -l <"$T/stderr")" -eq 1 ] && grep -q '^mimi: ' "$T/stderr"; }
-no_temp_files() { [ -z "$(find "$T" -name '*.tmp.*' -print)" ]; }
 
 # ---- binary writers ----
-
-# le16 V / le32 V: V as little-endian bytes.
-le16() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))"; }
-le32() { le16 $(($1 & 65535)); le16 $((($1 >> 16) & 65535)); }
 
 # make_wav PATH RATE CHANNELS FRAMES: a 16-bit PCM WAV of silence.
 make_wav() {
@@ -341,5 +309,4 @@ check "encode with two inputs and a file output: exit 2" eval 'rc_is 2 && absent
 run encode --float --model "$MODEL" "$T/one.wav" -o "$T/x.npy"
 check "encode --float (a decode option): exit 2" eval 'rc_is 2 && absent "$T/x.npy"'
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+finish

@@ -30,42 +30,13 @@ unset MIMI_PROGRESS
 
 # ---- harness ----
 
-PASSED=0
-FAILED=0
-RC=0
+. "$(dirname "$0")/cli_harness.sh"
 
-run() {
-    "$MIMI" "$@" >"$T/stdout" 2>"$T/stderr"
-    RC=$?
-}
-
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "ok - $name"
-        PASSED=$((PASSED + 1))
-    else
-        echo "not ok - $name"
-        echo "#   exit status $RC; stderr:"
-        sed 's/^/#   /' "$T/stderr" 2>/dev/null | head -n 20
-        FAILED=$((FAILED + 1))
-    fi
-}
-
-rc_is() { [ "$RC" -eq "$1" ]; }
-stderr_has() { grep -qF -- "$1" "$T/stderr"; }
-stdout_has() { grep -qF -- "$1" "$T/stdout"; }
-absent() { [ ! -e "$1" ]; }
 one_line() { [ "$(wc -l <"$T/stderr")" -eq 1 ] && grep -q '^mimi: ' "$T/stderr"; }
-no_temp_files() { [ -z "$(find "$T" -name '*.tmp.*' -print)" ]; }
 info_is() { [ "$("$GEN" --info "$1" 2>/dev/null)" = "$2" ]; }
-size_is() { [ -f "$1" ] && [ "$(wc -c <"$1")" -eq "$2" ]; }
 # npy_shape PATH: the shape text of a .npy header, e.g. "(8, 7)".
 npy_shape() { head -c 128 "$1" | tr -d '\0' | grep -ao "'shape': ([0-9, ]*)" | cut -d: -f2 | tr -d ' '; }
 
-le16() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))"; }
-le32() { le16 $(($1 & 65535)); le16 $((($1 >> 16) & 65535)); }
 
 # make_st PATH JSON DATA_BYTES...: a safetensors file with the given header JSON and data bytes
 # (each a value 0..255).
@@ -386,5 +357,4 @@ for sub in encode decode roundtrip info synth; do
     check "$sub --help: usage and examples" eval 'rc_is 0 && stdout_has "usage: mimi $sub" && stdout_has "example"'
 done
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+finish

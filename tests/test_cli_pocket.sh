@@ -30,37 +30,10 @@ unset MIMI_PROGRESS
 
 # ---- harness ----
 
-PASSED=0
-FAILED=0
-RC=0
+. "$(dirname "$0")/cli_harness.sh"
 
-run() {
-    "$MIMI" "$@" >"$T/stdout" 2>"$T/stderr"
-    RC=$?
-}
-
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "ok - $name"
-        PASSED=$((PASSED + 1))
-    else
-        echo "not ok - $name"
-        echo "#   exit status $RC; stderr:"
-        sed 's/^/#   /' "$T/stderr" 2>/dev/null | head -n 20
-        FAILED=$((FAILED + 1))
-    fi
-}
-
-rc_is() { [ "$RC" -eq "$1" ]; }
-stderr_has() { grep -qF -- "$1" "$T/stderr"; }
-stdout_has() { grep -qF -- "$1" "$T/stdout"; }
-absent() { [ ! -e "$1" ]; }
 one_line() { [ "$(wc -l <"$T/stderr")" -eq 1 ] && grep -q '^mimi' "$T/stderr"; }
-no_temp_files() { [ -z "$(find "$T" -name '*.tmp.*' -print)" ]; }
 info_is() { [ "$("$GEN" --info "$1" 2>/dev/null)" = "$2" ]; }
-size_is() { [ -f "$1" ] && [ "$(wc -c <"$1")" -eq "$2" ]; }
 # npy_head PATH: the header dict of a .npy file, spaces removed.
 npy_head() { head -c 128 "$1" | tr -d '\0' | tr -d ' '; }
 # npy_data_at PATH: the offset of a version 1.0 .npy file's data.
@@ -77,8 +50,6 @@ close_enough() {
         END { exit (bad || n == 0 || worst > 1e-4 * (big > 1 ? big : 1)) }'
 }
 
-le16() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))"; }
-le32() { le16 $(($1 & 65535)); le16 $((($1 >> 16) & 65535)); }
 
 # make_npy PATH DESCR ROWS COLS ITEM_BYTES: a .npy array of zeros.
 make_npy() {
@@ -290,5 +261,4 @@ check "an integer \"latents\" tensor: refused" eval \
 
 check "no temporary files are left behind" no_temp_files
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+finish
