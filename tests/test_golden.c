@@ -12,7 +12,7 @@
  * fastest kernels)
  */
 #include "mimi.h"
-#include "safetensors.h"
+#include "refs.h"
 #include "test.h"
 
 #define PCM_TOL 1e-4
@@ -24,27 +24,10 @@ static const char *clip;
 
 // ---- reference data ----
 
-static const struct st_tensor *ref(const char *what) {
-    char name[256];
-    snprintf(name, sizeof name, "%s.%s", clip, what);
-    const struct st_tensor *t = st_find(&refs, name);
-    if (!t) {
-        fprintf(stderr, "missing reference tensor %s\n", name);
-        exit(1);
-    }
-    return t;
-}
-
-static float *ref_f32(const char *what, int64_t *n) {
-    const struct st_tensor *t = ref(what);
-    float *out = malloc(sizeof(float) * t->n_elements);
-    if (!out || st_to_f32(t, out)) exit(1);
-    if (n) *n = t->n_elements;
-    return out;
-}
+static float *ref_f32(const char *what, int64_t *n) { return refs_f32(&refs, clip, what, n); }
 
 static int32_t *ref_i32(const char *what, int64_t *rows, int64_t *cols) {
-    const struct st_tensor *t = ref(what);
+    const struct st_tensor *t = refs_find(&refs, clip, what);
     int32_t *out = malloc(sizeof(int32_t) * t->n_elements);
     if (!out || st_to_i32(t, out)) exit(1);
     *rows = t->shape[0];
@@ -222,11 +205,8 @@ int main(int argc, char **argv) {
     clip = argv[1];
     const char *model_name = argc > 2 ? argv[2] : "native.safetensors";
     int encode_only = argc > 3 && strcmp(argv[3], "encode") == 0;
-    char err[256], path[1024];
-    if (st_open(&refs, MIMI_TEST_DATA "/refs_seed0.safetensors", err, sizeof err)) {
-        fprintf(stderr, "refs: %s\n", err);
-        return 1;
-    }
+    char path[1024];
+    refs_open(&refs, "refs_seed0.safetensors");
     snprintf(path, sizeof path, "%s/%s", MIMI_TEST_MODELS, model_name);
     struct mimi_model_params mp;
     mimi_model_params_default(&mp);
