@@ -31,8 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         // the accepted data fits in the file: touch every value
         int64_t n = shape2[0] * shape2[1];
         if (shape2[0] < 0 || shape2[1] < 0 || n * 2 > (int64_t)size) abort();
-        volatile int32_t sink = 0;
-        for (int64_t i = 0; i < n; i++) sink ^= codes[i];
+        int32_t sum = 0;
+        for (int64_t i = 0; i < n; i++) sum ^= codes[i];
+        if (sum == 0x7fffffff) fprintf(stderr, "%d\n", (int)sum);  // keeps the reads
     }
     free(codes);
     float *values = NULL;
@@ -43,8 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (n_dims < 1 || n_dims > NPY_MAX_DIMS) abort();
         for (int d = 0; d < n_dims; d++) n *= shape[d];
         if (n * 4 > (int64_t)size) abort();
-        volatile float sink = 0;
-        for (int64_t i = 0; i < n; i++) sink += values[i];
+        float sum = 0;
+        for (int64_t i = 0; i < n; i++) sum += values[i];
+        if (sum == 1234.5f) fprintf(stderr, "%g\n", (double)sum);  // keeps the reads
     }
     free(values);
     return 0;
