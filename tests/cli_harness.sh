@@ -42,6 +42,17 @@ absent() { [ ! -e "$1" ]; }
 no_temp_files() { [ -z "$(find "$T" -name '*.tmp.*' -print)" ]; }
 size_is() { [ -f "$1" ] && [ "$(wc -c <"$1")" -eq "$2" ]; }
 
+# wait_size PATH BYTES: waits up to 30 s (for streams through FIFOs) for the file to reach BYTES; prints its size.
+wait_size() {
+    local s=0 i
+    for i in $(seq 300); do
+        s=$(wc -c <"$1" 2>/dev/null || echo 0)
+        [ "$s" -ge "$2" ] && break
+        sleep 0.1
+    done
+    echo "$s"
+}
+
 # le16 N / le32 N: N as little-endian bytes, for writing files byte by byte.
 le16() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))"; }
 le32() { le16 $(($1 & 65535)); le16 $((($1 >> 16) & 65535)); }

@@ -205,16 +205,6 @@ N=$("$GEN" --raw s16le 1 3840 | "$MIMI" encode -q --raw s16le - |
 check "encode | decode pipe chain: 2 frames through" [ "$N" -eq 7680 ]
 
 # One frame in, the FIFO still open: its codes (32 bytes) must come out before the input ends.
-# wait_size PATH BYTES: waits up to 30 s for the file to reach BYTES; prints its size.
-wait_size() {
-    local s=0 i
-    for i in $(seq 300); do
-        s=$(wc -c <"$1" 2>/dev/null || echo 0)
-        [ "$s" -ge "$2" ] && break
-        sleep 0.1
-    done
-    echo "$s"
-}
 mkfifo "$T/fifo"
 "$MIMI" encode -q --raw s16le - <"$T/fifo" >"$T/lat.bin" 2>"$T/stderr" &
 PID=$!
