@@ -193,4 +193,11 @@ int item_interrupted(struct item *it);
 // Exit status for a finished batch: 0 when every item succeeded, else 1.
 int items_status(const struct item *items, int n);
 
+// Runs the command's items (fn(ctx, i) for each input, on --jobs threads) with the progress bar,
+// then prints the "<past> k of n files" note and the --json summary. `setup_rc` is the status
+// of the setup before any item (0: run them; 1: a failure that stops the command, whose items are
+// then reported as not processed). Returns the exit status.
+int run_items(const struct opts *o, struct item *items, int setup_rc, const char *verb,
+              const char *past, int quiet, void (*fn)(void *ctx, int i), void *ctx);
+
 #endif

@@ -558,3 +558,29 @@ void json_summary(const struct opts *o, const struct item *items, int n, double 
     printf("\n]}\n");
     fflush(stdout);
 }
+
+int run_items(const struct opts *o, struct item *items, int setup_rc, const char *verb,
+              const char *past, int quiet, void (*fn)(void *ctx, int i), void *ctx) {
+    if (setup_rc) {
+        if (o->json && setup_rc == 1) {
+            items_abandon(items, o->n_inputs);
+            json_summary(o, items, o->n_inputs, 0);
+        }
+        return setup_rc;
+    }
+    const int jobs = o->jobs > 0 ? o->jobs : 1;
+    double t0 = cli_now();
+    progress_begin(verb, o->n_inputs, jobs, quiet);
+    run_jobs(o->n_inputs, jobs, fn, ctx);
+    progress_end();
+    double wall = cli_now() - t0;
+    int rc = items_status(items, o->n_inputs);
+    if (o->n_inputs > 1) {
+        int ok = 0;
+        for (int i = 0; i < o->n_inputs; i++) ok += items[i].ok;
+        cli_note("%s %d of %d files in %.2f s%s", past, ok, o->n_inputs, wall,
+                 ok < o->n_inputs ? " (see the errors above)" : "");
+    }
+    if (o->json) json_summary(o, items, o->n_inputs, wall);
+    return rc;
+}

@@ -355,22 +355,9 @@ int cmd_decode(const struct opts *o) {
                             .rate = mimi_model_sample_rate(model),
                             .card = mimi_model_codebook_size(model),
                             .max_q = mimi_model_max_codebooks(model)};
-        double t0 = cli_now();
-        progress_begin("decode", o->n_inputs, o->jobs > 0 ? o->jobs : 1, o->quiet || stdin_in);
-        run_jobs(o->n_inputs, o->jobs > 0 ? o->jobs : 1, decode_item, &x);
-        progress_end();
-        double wall = cli_now() - t0;
-        rc = items_status(items, o->n_inputs);
-        if (o->n_inputs > 1) {
-            int ok = 0;
-            for (int i = 0; i < o->n_inputs; i++) ok += items[i].ok;
-            cli_note("decoded %d of %d files in %.2f s%s", ok, o->n_inputs, wall,
-                     ok < o->n_inputs ? " (see the errors above)" : "");
-        }
-        if (o->json) json_summary(o, items, o->n_inputs, wall);
-    } else if (o->json && rc == 1) {
-        items_abandon(items, o->n_inputs);
-        json_summary(o, items, o->n_inputs, 0);
+        rc = run_items(o, items, rc, "decode", "decoded", o->quiet || stdin_in, decode_item, &x);
+    } else {
+        rc = run_items(o, items, rc, "decode", "decoded", 1, NULL, NULL);
     }
     mimi_model_destroy(model);
     free(items);

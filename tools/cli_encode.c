@@ -307,24 +307,7 @@ int cmd_encode(const struct opts *o) {
             rc = 1;
         }
     }
-    if (!rc) {
-        double t0 = cli_now();
-        progress_begin("encode", o->n_inputs, o->jobs > 0 ? o->jobs : 1, o->quiet || stdin_in);
-        run_jobs(o->n_inputs, o->jobs > 0 ? o->jobs : 1, encode_item, &x);
-        progress_end();
-        double wall = cli_now() - t0;
-        rc = items_status(items, o->n_inputs);
-        if (o->n_inputs > 1) {
-            int ok = 0;
-            for (int i = 0; i < o->n_inputs; i++) ok += items[i].ok;
-            cli_note("encoded %d of %d files in %.2f s%s", ok, o->n_inputs, wall,
-                     ok < o->n_inputs ? " (see the errors above)" : "");
-        }
-        if (o->json) json_summary(o, items, o->n_inputs, wall);
-    } else if (o->json && rc == 1) {
-        items_abandon(items, o->n_inputs);
-        json_summary(o, items, o->n_inputs, 0);
-    }
+    rc = run_items(o, items, rc, "encode", "encoded", o->quiet || stdin_in, encode_item, &x);
     mimi_model_destroy(model);
     free(items);
     return rc;
