@@ -57,6 +57,24 @@ static void emu_carry(const struct op_im2col *a) {
     }
 }
 
+static void emu_conv(const struct op_conv *a) {
+    const struct op_im2col *in = &a->in;
+    const int To = in->T / in->S, KK = in->c_in * in->K;
+    for (int o = 0; o < a->c_out; o++)
+        for (int r = 0; r < in->R; r++)
+            for (int t = 0; t < To; t++) {
+                float v = 0.0f;
+                for (int i = 0; i < in->c_in; i++)
+                    for (int k = 0; k < in->K; k++) v += a->w[(size_t)o * a->ld + i * in->K + k] * xin(in, i, r, t * in->S + k);
+                if (a->bias) v += a->w[(size_t)o * a->ld + KK];
+                if (a->post_elu) v = elu(v);
+                float *y = a->y + ((size_t)o * in->R + r) * To + t;
+                *y = a->accumulate ? *y + v : v;
+            }
+}
+
+static float gelu(float v) { return 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); }
+
 static void emu_gemm(const struct op_gemm *g) {
     // op(A) rows and op(B) columns packed contiguous, then one dot per output
     float *pa = malloc(sizeof(float) * (size_t)g->m * g->k), *pb = malloc(sizeof(float) * (size_t)g->n * g->k);
@@ -72,7 +90,7 @@ static void emu_gemm(const struct op_gemm *g) {
             float s = 0.0f;
             for (int p = 0; p < g->k; p++) s += x[p] * y[p];
             float *c = g->c + i + (size_t)j * g->ldc;
-            *c = g->beta != 0.0f ? s + g->beta * *c : s;
+            *c = g->gelu ? gelu(s) : g->beta != 0.0f ? s + g->beta * *c : s;
         }
     free(pa);
     free(pb);
@@ -91,7 +109,7 @@ static void emu_pointwise(const struct op_pointwise *a) {
             case EW_RESIDUAL: a->x[i] += v + b; break;
             case EW_ELU:
             case EW_ELU_ONES: a->y[i] = elu(v); break;
-            case EW_GELU: a->y[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); break;
+            case EW_GELU: a->y[i] = gelu(v); break;
             }
         }
 }
@@ -207,6 +225,7 @@ static void emu_rope_kv(const struct op_attention *a) {
 
 static void emu_attention(const struct op_attention *a) {
     const int d = a->d, hd = a->head_dim;
+    if (a->rope) emu_rope_kv(a);
     float *scores = malloc(sizeof(float) * a->ring);
     for (int r = 0; r < a->R; r++) {
         int slot = slot_of(a->row_slot, r);
@@ -244,8 +263,18 @@ static void emu_attention(const struct op_attention *a) {
 }
 
 static void emu_argmin(const struct op_argmin *a) {
+    float *own = NULL;
+    if (!a->scores) {  // the fused form: scores from the query
+        own = malloc(sizeof(float) * (size_t)a->R * a->bins);
+        for (int r = 0; r < a->R; r++)
+            for (int j = 0; j < a->bins; j++) {
+                float v = 0.0f;
+                for (int i = 0; i < a->dim; i++) v += a->query[(size_t)r * a->dim + i] * a->book[(size_t)j * a->dim + i];
+                own[(size_t)r * a->bins + j] = v;
+            }
+    }
     for (int r = 0; r < a->R; r++) {
-        const float *sc = a->scores + (size_t)r * a->bins;
+        const float *sc = (own ? own : a->scores) + (size_t)r * a->bins;
         int best = 0;
         float bd = a->norms[0] - 2.0f * sc[0];
         for (int j = 1; j < a->bins; j++) {
@@ -257,6 +286,7 @@ static void emu_argmin(const struct op_argmin *a) {
             for (int i = 0; i < a->dim; i++)
                 a->residual[(size_t)r * a->dim + i] -= a->book[(size_t)best * a->dim + i];
     }
+    free(own);
 }
 
 static void emu_gather(const struct op_gather *a) {
@@ -281,6 +311,7 @@ static void emu_run(const struct gpu_plan *p) {
         switch (op->kind) {
         case GOP_IM2COL: emu_im2col(&op->u.im2col); break;
         case GOP_CARRY: emu_carry(&op->u.im2col); break;
+        case GOP_CONV: emu_conv(&op->u.conv); break;
         case GOP_GEMM: emu_gemm(&op->u.gemm); break;
         case GOP_POINTWISE: emu_pointwise(&op->u.pointwise); break;
         case GOP_TRANSPOSE: emu_transpose(&op->u.transpose); break;
@@ -289,7 +320,6 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_CONVTR_TAIL: emu_convtr_tail(&op->u.convtr); break;
         case GOP_NORM: emu_norm(&op->u.norm); break;
         case GOP_POSITIONS: emu_positions(&op->u.attention); break;
-        case GOP_ROPE_KV: emu_rope_kv(&op->u.attention); break;
         case GOP_ATTENTION: emu_attention(&op->u.attention); break;
         case GOP_ARGMIN: emu_argmin(&op->u.argmin); break;
         case GOP_GATHER: emu_gather(&op->u.gather); break;
@@ -390,8 +420,9 @@ int main(int argc, char **argv) {
     struct emu_batch enc, dec;
     emu_create(&enc, model, &w, MIMI_DIRECTION_ENCODE);
     emu_create(&dec, model, &w, MIMI_DIRECTION_DECODE);
-    printf("  per-slot state %zu floats, scratch %zu floats, %d encode ops, %d decode ops\n",
-           enc.L.slot_elems, enc.L.scratch_elems, enc.plans[CAP].n_ops, dec.plans[CAP].n_ops);
+    printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
+           enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,
+           dec.plans[1].n_ops, dec.plans[CAP].n_ops);
 
     // the same steps through the CPU backend's batch
     struct mimi_batch_params bp;

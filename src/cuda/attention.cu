@@ -32,34 +32,41 @@ extern "C" int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec
 
 // ---- rotary embedding and ring store ----
 
-// One thread per (query row, pair p): pair p of the d-wide q and k is (2p, 2p+1), head
-// p / (hd/2), frequency index p % (hd/2); the angle is freq * position in f32 (mimi_rope).
+// Pair p of the d-wide q and k of query row r*steps + s is (2p, 2p+1), head p / (hd/2),
+// frequency index p % (hd/2); the angle is freq * position in f32 (mimi_rope). Rotates q and k
+// in place and stores k and v in the slot's ring (padding rows store nothing).
+static __device__ __forceinline__ void rope_pair(const struct op_attention &a, int r, int s, int p) {
+    const int d = a.d, slot = a.row_slot[r];
+    const size_t row = (size_t)r * a.steps + s;
+    int32_t pos = (slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride]) + s;
+    float angle = __fmul_rn(a.freq[p % (a.head_dim / 2)], (float)pos), c = cosf(angle), sn = sinf(angle);
+    float *q = a.qkv + row * 3 * d, *k = q + d, *v = q + 2 * d;
+    float re = q[2 * p], im = q[2 * p + 1];
+    q[2 * p] = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn));
+    q[2 * p + 1] = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
+    re = k[2 * p], im = k[2 * p + 1];
+    float k0 = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn)), k1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
+    k[2 * p] = k0;
+    k[2 * p + 1] = k1;
+    if (slot < 0) return;
+    size_t at = (size_t)slot * a.slot_stride + (size_t)(pos % a.ring) * d + 2 * p;
+    a.keys[at] = k0;
+    a.keys[at + 1] = k1;
+    a.values[at] = v[2 * p];
+    a.values[at + 1] = v[2 * p + 1];
+}
+
+// One thread per (query row, pair).
 static __global__ void rope_kv_kernel(const struct op_attention a) {
-    const int half = a.d / 2, d = a.d;
+    const int half = a.d / 2;
     FOR_EACH(idx, (size_t)a.R * a.steps * half) {
         size_t row = idx / half;
         int p = (int)(idx - row * half), r = (int)(row / a.steps), s = (int)(row - (size_t)r * a.steps);
-        int slot = a.row_slot[r];
-        int32_t pos = (slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride]) + s;
-        float angle = __fmul_rn(a.freq[p % (a.head_dim / 2)], (float)pos), c = cosf(angle), sn = sinf(angle);
-        float *q = a.qkv + row * 3 * d, *k = q + d, *v = q + 2 * d;
-        float re = q[2 * p], im = q[2 * p + 1];
-        q[2 * p] = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn));
-        q[2 * p + 1] = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
-        re = k[2 * p], im = k[2 * p + 1];
-        float k0 = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn)), k1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
-        k[2 * p] = k0;
-        k[2 * p + 1] = k1;
-        if (slot < 0) continue;
-        size_t at = (size_t)slot * a.slot_stride + (size_t)(pos % a.ring) * d + 2 * p;
-        a.keys[at] = k0;
-        a.keys[at + 1] = k1;
-        a.values[at] = v[2 * p];
-        a.values[at + 1] = v[2 * p + 1];
+        rope_pair(a, r, s, p);
     }
 }
 
-extern "C" int mimi_cuda_rope_kv(const struct op_attention *a, struct gpu_exec *ex) {
+static int launch_rope_kv(const struct op_attention *a, struct gpu_exec *ex) {
     rope_kv_kernel<<<grid_for((size_t)a->R * a->steps * (a->d / 2), 256), 256, 0, STREAM(ex)>>>(*a);
     return launch_status(ex, "rope_kv");
 }
@@ -223,6 +230,13 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
         for (int i = threadIdx.x; i < steps * ATTF_HD; i += blockDim.x) out[(size_t)(i / ATTF_HD) * d + i % ATTF_HD] = 0.0f;
         return;
     }
+    if (a.rope) {
+        // rope_kv for this (row, head): every key of the step is in the ring before any query
+        // reads it, and the only queries that read this head's new keys are this block's
+        for (int e = threadIdx.x; e < steps * (ATTF_HD / 2); e += blockDim.x)
+            rope_pair(a, r, e / (ATTF_HD / 2), h * (ATTF_HD / 2) + e % (ATTF_HD / 2));
+        __syncthreads();
+    }
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base];
     const int32_t *positions = a.positions + base;
@@ -335,10 +349,14 @@ static int onepass_fits(const struct op_attention *a) {
 
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid(a->R, a->n_heads);
-    if (onepass_fits(a)) {
+    if (onepass_fits(a)) {  // with the rotation in the same kernel
         if (a->steps <= 2) attention_onepass_kernel<2><<<grid, 32 * ATTF_WARPS, 0, STREAM(ex)>>>(*a);
         else attention_onepass_kernel<4><<<grid, 32 * ATTF_WARPS, 0, STREAM(ex)>>>(*a);
         return launch_status(ex, "attention");
+    }
+    if (a->rope) {
+        int rc = launch_rope_kv(a, ex);
+        if (rc) return rc;
     }
     size_t smem = att_smem(a);
     if (smem > 48 * 1024) {

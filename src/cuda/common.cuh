@@ -36,4 +36,9 @@ static inline unsigned grid_for(size_t n, int block) {
 // ELU with alpha 1, as mimi_elu.
 static __device__ __forceinline__ float elu_f(float x) { return x > 0.0f ? x : expm1f(x); }
 
+// Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), rounded step by step as mimi_gelu.
+static __device__ __forceinline__ float gelu_f(float v) {
+    return __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, erff(__fmul_rn(v, (float)0.70710678118654752440))));
+}
+
 #endif

@@ -1,7 +1,8 @@
 /*
- * conv1d.cu - the streaming Conv1d's data movement: im2col over [history | f(x)] and the carry
- * of the newest history columns (spec 5.1; reference src/nn/conv.c). The product itself is one
- * cuBLAS call (matmul.cu); bias and activations are in elementwise.cu.
+ * conv1d.cu - the streaming Conv1d (spec 5.1; reference src/nn/conv.c): im2col over
+ * [history | f(x)] for the large products, which then are one cuBLAS call (matmul.cu); the whole
+ * conv in one kernel for the small ones (one stream's SEANet); and the carry of the newest
+ * history columns.
  */
 #include <stdint.h>
 
@@ -79,6 +80,80 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
 extern "C" int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     return launch_im2col(a, ex);
 }
+
+// ---- direct conv ----
+
+#define CONV_WARPS 8
+#define CONV_TO 8      // output channels per block (two float4s of weights per reduction index)
+#define CONV_KC 2048   // reduction indices staged at a time: a (CONV_KC, CONV_TO) slice, 64 KB
+
+// A block computes CONV_TO output channels for 32 columns, a lane per column. The block's weight
+// rows are staged in shared memory chunk by chunk with coalesced loads, stored (index, channel)
+// so that a lane reads its CONV_TO weights as two float4s broadcast to the whole warp; the warps
+// split each chunk into contiguous shares and their partial sums are added in a fixed warp
+// order, so the result does not depend on timing.
+static __global__ void __launch_bounds__(32 * CONV_WARPS) conv_kernel(const struct op_conv a) {
+    extern __shared__ float4 conv_smem[];
+    __shared__ float part[CONV_WARPS][CONV_TO][32];
+    float *ws = (float *)conv_smem;  // (kc, CONV_TO)
+    const struct op_im2col &in = a.in;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int To = in.T / in.S, N = in.R * To, KK = in.c_in * in.K;
+    const int n = blockIdx.x * 32 + lane, o0 = blockIdx.y * CONV_TO;
+    const int r = n < N ? n / To : 0, j0 = (n < N ? n - r * To : 0) * in.S;
+    float acc[CONV_TO];
+#pragma unroll
+    for (int o = 0; o < CONV_TO; o++) acc[o] = 0.0f;
+    for (int p0 = 0; p0 < KK; p0 += CONV_KC) {
+        const int kc = min(CONV_KC, KK - p0);
+        __syncthreads();  // the previous chunk is consumed
+        for (int e = threadIdx.x; e < CONV_TO * kc; e += blockDim.x) {
+            const int o = e / kc, q = e - o * kc;
+            ws[q * CONV_TO + o] = o0 + o < a.c_out ? a.w[(size_t)(o0 + o) * a.ld + p0 + q] : 0.0f;
+        }
+        __syncthreads();
+        const int share = (kc + CONV_WARPS - 1) / CONV_WARPS, q0 = warp * share, q1 = min(kc, q0 + share);
+        if (n < N && q0 < q1) {
+            int i = (p0 + q0) / in.K, k = p0 + q0 - i * in.K;
+#pragma unroll 4
+            for (int q = q0; q < q1; q++) {
+                const float xv = xin(in, i, r, j0 + k);
+                const float4 w0 = *(const float4 *)(ws + q * CONV_TO), w1 = *(const float4 *)(ws + q * CONV_TO + 4);
+                acc[0] += w0.x * xv, acc[1] += w0.y * xv, acc[2] += w0.z * xv, acc[3] += w0.w * xv;
+                acc[4] += w1.x * xv, acc[5] += w1.y * xv, acc[6] += w1.z * xv, acc[7] += w1.w * xv;
+                if (++k == in.K) k = 0, i++;
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < CONV_TO; o++) part[warp][o][lane] = acc[o];
+    __syncthreads();
+    // warp w finishes output channel o0 + w (CONV_TO == CONV_WARPS)
+    const int o = o0 + warp;
+    if (n < N && o < a.c_out) {
+        float v = 0.0f;
+        for (int w = 0; w < CONV_WARPS; w++) v += part[w][warp][lane];
+        if (a.bias) v += a.w[(size_t)o * a.ld + KK];
+        if (a.post_elu) v = elu_f(v);
+        float *y = a.y + (size_t)o * N + n;
+        *y = a.accumulate ? *y + v : v;
+    }
+}
+
+static int launch_conv(const struct op_conv *a, struct gpu_exec *ex) {
+    static_assert(CONV_TO == CONV_WARPS, "one warp per output channel in the epilogue");
+    const int KK = a->in.c_in * a->in.K, N = a->in.R * (a->in.T / a->in.S);
+    const size_t smem = sizeof(float) * CONV_TO * (size_t)(KK < CONV_KC ? KK : CONV_KC);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(conv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return launch_status(ex, "conv (shared memory)");
+    }
+    dim3 grid((N + 31) / 32, (a->c_out + CONV_TO - 1) / CONV_TO);
+    conv_kernel<<<grid, 32 * CONV_WARPS, smem, STREAM(ex)>>>(*a);
+    return launch_status(ex, "conv");
+}
+
+extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) { return launch_conv(a, ex); }
 
 // ---- carry ----
 

@@ -18,6 +18,7 @@ int mimi_cuda_run_op(const struct gpu_op *op, struct gpu_exec *ex) {
     switch (op->kind) {
     case GOP_IM2COL: return mimi_cuda_im2col(&op->u.im2col, ex);
     case GOP_CARRY: return mimi_cuda_carry(&op->u.im2col, ex);
+    case GOP_CONV: return mimi_cuda_conv(&op->u.conv, ex);
     case GOP_GEMM: return mimi_cuda_gemm(&op->u.gemm, ex);
     case GOP_POINTWISE: return mimi_cuda_pointwise(&op->u.pointwise, ex);
     case GOP_TRANSPOSE: return mimi_cuda_transpose(&op->u.transpose, ex);
@@ -26,7 +27,6 @@ int mimi_cuda_run_op(const struct gpu_op *op, struct gpu_exec *ex) {
     case GOP_CONVTR_TAIL: return mimi_cuda_convtr_tail(&op->u.convtr, ex);
     case GOP_NORM: return mimi_cuda_norm(&op->u.norm, ex);
     case GOP_POSITIONS: return mimi_cuda_positions(&op->u.attention, ex);
-    case GOP_ROPE_KV: return mimi_cuda_rope_kv(&op->u.attention, ex);
     case GOP_ATTENTION: return mimi_cuda_attention(&op->u.attention, ex);
     case GOP_ARGMIN: return mimi_cuda_argmin(&op->u.argmin, ex);
     case GOP_GATHER: return mimi_cuda_gather(&op->u.gather, ex);

@@ -24,8 +24,7 @@ static __global__ void pointwise_kernel(const struct op_pointwise a) {
             case EW_RESIDUAL: x[j] = __fadd_rn(x[j], __fadd_rn(v, b)); break;
             case EW_ELU: y[j] = elu_f(v); break;
             case EW_ELU_ONES: y[j] = c < a.channels ? elu_f(v) : 1.0f; break;
-            // exact GELU: 0.5 x (1 + erf(x / sqrt 2)), as mimi_gelu
-            case EW_GELU: y[j] = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, erff(__fmul_rn(v, (float)0.70710678118654752440)))); break;
+            case EW_GELU: y[j] = gelu_f(v); break;
             }
         }
     }

@@ -16,7 +16,7 @@
 
 #include "common.cuh"
 
-#define SKINNY_MAX 16
+#define SKINNY_MAX GPU_SKINNY_MAX
 #define SKINNY_WARPS 8
 
 // ---- skinny products ----
@@ -28,6 +28,7 @@ struct skinny {
     long long wj, xs, xp, cj, cs;
     int J, S, K, split;  // split: warps sharing one j, each a contiguous share of p
     float beta;
+    int gelu;            // C = gelu(sum) (beta = 0)
     int wvec, xvec;      // 16-byte loads of w (and of x, when xp = 1) are aligned
 };
 
@@ -98,7 +99,7 @@ static __global__ void skinny_kernel(const struct skinny a) {
         float v = 0.0f;
         for (int k = 0; k < a.split; k++) v += part[warp + k][lane];
         float *c = a.c + (long long)j * a.cj + (long long)lane * a.cs;
-        *c = a.beta != 0.0f ? v + a.beta * *c : v;
+        *c = a.gelu ? gelu_f(v) : a.beta != 0.0f ? v + a.beta * *c : v;
     }
 }
 
@@ -106,12 +107,12 @@ static __global__ void skinny_kernel(const struct skinny a) {
 // operand (the weights) is contiguous along k; 0 when it does not fit.
 static int as_skinny(const struct op_gemm *g, struct skinny *s) {
     if (g->m <= SKINNY_MAX && !g->transa && !g->transb)  // convs: small A (m, k), weights B
-        *s = (struct skinny){g->b, g->a, g->c, g->ldb, 1, g->lda, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, 0, 0};
+        *s = (struct skinny){g->b, g->a, g->c, g->ldb, 1, g->lda, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, g->gelu, 0, 0};
     else if (g->m <= SKINNY_MAX && g->transa && !g->transb)  // decode projections: small A^T
-        *s = (struct skinny){g->b, g->a, g->c, g->ldb, g->lda, 1, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, 0, 0};
+        *s = (struct skinny){g->b, g->a, g->c, g->ldb, g->lda, 1, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, g->gelu, 0, 0};
     else if (g->n <= SKINNY_MAX && g->transa)  // linears: weights A^T, small B
         *s = (struct skinny){g->a, g->b, g->c, g->lda, g->transb ? 1 : g->ldb, g->transb ? g->ldb : 1, 1, g->ldc,
-                             g->m, g->n, g->k, 1, g->beta, 0, 0};
+                             g->m, g->n, g->k, 1, g->beta, g->gelu, 0, 0};
     else
         return 0;
     // split k so that every warp streams at least ~512 weights and the chip has enough in flight
@@ -132,12 +133,20 @@ static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
 static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
     struct skinny s;
     if (as_skinny(g, &s)) return launch_skinny(&s, ex);
+    if (g->gelu && (g->ldc != g->m || g->beta != 0.0f)) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: GELU needs a packed C and beta = 0");
+        return MIMI_EINVAL;
+    }
     const float alpha = 1.0f, beta = g->beta;
     cublasComputeType_t compute = ex->fast ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasStatus_t st = cublasGemmEx((cublasHandle_t)ex->cublas, g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                      g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a,
                                      CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,
                                      g->ldc, compute, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS && g->gelu) {
+        struct op_pointwise gelu = {g->c, NULL, NULL, 1, (size_t)g->m * g->n, EW_GELU};
+        return mimi_cuda_pointwise(&gelu, ex);
+    }
     if (st == CUBLAS_STATUS_SUCCESS) return MIMI_OK;
     if (ex->errmsg)
         snprintf(ex->errmsg, ex->errlen, "cublasGemmEx (%d x %d x %d): %s", g->m, g->n, g->k,

@@ -55,7 +55,24 @@ int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 // col, K and S unused).
 int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 
+// The whole conv in one kernel, for products too small to fill the chip through cuBLAS (one
+// stream's SEANet): y[o, r, t] = g(bias[o] + sum_{i,k} w[o*ld + i*K + k] xin(i, r, t*S + k)),
+// plus the old y[o, r, t] when `accumulate` (the resblock's residual), g = ELU when `post_elu`.
+// The input side (x, history, f, padding rows) is `in`'s, as for im2col; in.col and in.ones are
+// unused, and the history is not carried (a GOP_CARRY follows when H > 0).
+struct op_conv {
+    struct op_im2col in;
+    const float *w;  // (c_out, ld): the c_in*K weights of output o, then its bias when `bias`
+    float *y;        // (c_out, R, T/S)
+    int c_out, ld, bias, post_elu, accumulate;
+};
+int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
+
 // ---- matmul.cu ----
+
+// Products with at most this many columns on their small side run on the split-K "skinny"
+// kernel, which streams the weights once; so do convs with that few output columns.
+#define GPU_SKINNY_MAX 16
 
 // Column-major C (m, n) = op(A) op(B) + beta C, op = transpose when trans*, f32 accumulation.
 struct op_gemm {
@@ -67,6 +84,7 @@ struct op_gemm {
     float *c;
     int ldc;
     float beta;
+    int gelu;  // C = gelu(op(A) op(B)) (with beta = 0): the feed-forward's first product
 };
 int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
 
@@ -163,25 +181,32 @@ struct op_attention {
     const float *freq;         // (head_dim/2) rotary frequencies
     size_t slot_stride;
     int R, steps, d, n_heads, head_dim, ring, context;
+    int rope;  // attention first does rope_kv's work (one launch where the kernel allows)
 };
 // Marks the step's positions in each slot's position ring (once per step, before layer 0).
 int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec *ex);
-// Rotates q and k of every row in place and stores k and v in the slot's ring.
-int mimi_cuda_rope_kv(const struct op_attention *a, struct gpu_exec *ex);
-// out = softmax(q k^T / sqrt(head_dim)) v per head over the window.
+// out = softmax(q k^T / sqrt(head_dim)) v per head over the window; with `rope`, rope_kv first.
 int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
 
 // ---- rvq.cu ----
 
 // codes[r * code_stride] = argmin_j norms[j] - 2 scores[r, j] (lowest index on ties); when
 // `residual` is set, residual[r] -= book[code].
+// With scores NULL (at most GPU_SKINNY_MAX rows) the scores are computed here from `query`
+// (R, dim), in the same launch: blocks score slices of the codebook, each leaves its best
+// candidates in `part` (2 * GPU_RVQ_BLOCKS * R floats), and the last block to finish picks the
+// codes in a fixed block order and updates the residual. `counter` is zero before and after.
+#define GPU_RVQ_BLOCKS 128
 struct op_argmin {
-    const float *scores;  // (R, bins)
+    const float *scores;  // (R, bins) or NULL
     const float *norms;   // (bins)
     const float *book;    // (bins, dim)
     float *residual;      // (R, dim) or NULL
     int32_t *codes;
     int code_stride, R, bins, dim;
+    const float *query;   // (R, dim) when scores is NULL
+    float *part;
+    uint32_t *counter;
 };
 int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
 

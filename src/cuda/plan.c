@@ -267,6 +267,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     if (codes) {
         L->sc_r = take(&s, C * q->dim);
         L->sc_scores = take(&s, C * q->bins);
+        L->sc_part = take(&s, 2 * GPU_RVQ_BLOCKS * GPU_SKINNY_MAX);
+        L->sc_counter = take(&s, 1);
         L->sc_e0 = take(&s, C * q->dim);
         L->sc_sum = take(&s, C * q->dim);
     }
@@ -311,10 +313,11 @@ static float *scratch(struct builder *B, size_t off) { return B->scratch + off; 
 static float *state(struct builder *B, size_t off) { return B->state + off; }
 
 // Row-major Y = W X products and the transformer's linears are all this one column-major call.
-static void gemm(struct builder *B, int ta, int tb, int m, int n, int k, const float *a, int lda,
-                 const float *b, int ldb, float *c, int ldc, float beta) {
+static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int k, const float *a, int lda,
+                            const float *b, int ldb, float *c, int ldc, float beta) {
     struct op_gemm *g = &emit(B, GOP_GEMM, "sgemm")->u.gemm;
-    *g = (struct op_gemm){ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta};
+    *g = (struct op_gemm){ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta, 0};
+    return g;
 }
 
 static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
@@ -331,19 +334,45 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 
 // ---- convolutions ----
 
-// y (c_out, R, T/S) = conv(f(x)) over [history | f(x)], f = ELU when `elu`. With `with_bias`, W
-// carries the bias as its last column (c_out, c_in*K + 1) and im2col adds the row of ones.
+// Products of at most this many multiply-adds, with more output columns than the skinny kernel
+// takes, run as one direct conv kernel: below it cuBLAS cannot fill the chip and im2col and the
+// activations cost a launch each (one stream's SEANet); above it im2col + cuBLAS is faster.
+#define DIRECT_CONV_MAX_MACS (1 << 26)
+
+static int direct_conv(int N, int c_out, int ck) {
+    return N > GPU_SKINNY_MAX && (double)N * c_out * ck <= DIRECT_CONV_MAX_MACS;
+}
+
+// The input side of a conv: [history | f(x)] of c's input, f = ELU when `elu`.
+static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c, const float *x, int T, int elu,
+                                   float *hist, int ones) {
+    const int K = c->kernel, S = c->stride, H = K - S;
+    return (struct op_im2col){x, scratch(B, B->L->sc_col), H > 0 ? hist : NULL, B->started,
+                              B->row_slot, B->L->slot_elems, c->c_in, K, S, H, T, B->R, elu,
+                              c->replicate_first, ones};
+}
+
+// y (c_out, R, T/S) = g(conv(f(x))) over [history | f(x)], f = ELU when `elu`, g = ELU when
+// `post_elu`, added to y when `accumulate`; then the newest history columns are carried. With
+// `with_bias`, W carries the bias as its last column (c_out, c_in*K + 1). Large products run as
+// im2col (with a row of ones for the bias) and one matrix product, which takes post_elu = 0 and
+// accumulate = 0 only.
 static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, int with_bias,
-                      const float *x, float *y, int T, int elu, float *hist) {
-    const int K = c->kernel, S = c->stride, H = K - S, To = T / S, N = B->R * To;
-    const int ck = c->c_in * K + with_bias;
+                      const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
+    const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
+    const int ld = with_bias ? gpu_conv_ld(ck) : ck;
+    if (direct_conv(N, c->c_out, ck)) {
+        struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
+        *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate};
+        if (d->in.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
+        return;
+    }
+    if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
     // im2col (ck, N) from [hist | f(x)], then carry the newest H columns into hist
-    struct op_im2col a = {x, scratch(B, B->L->sc_col), H > 0 ? hist : NULL, B->started,
-                          B->row_slot, B->L->slot_elems, c->c_in, K, S, H, T, B->R, elu,
-                          c->replicate_first, with_bias};
+    struct op_im2col a = conv_input(B, c, x, T, elu, hist, with_bias);
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
-    if (H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
-    gemm(B, 0, 0, N, c->c_out, ck, a.col, N, W, with_bias ? gpu_conv_ld(ck) : ck, y, N, 0.0f);
+    if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
+    gemm(B, 0, 0, N, c->c_out, ck, a.col, N, W, ld, y, N, 0.0f);
 }
 
 // y (c_out, R, S*T) = convtr(x (c_in, R, T)), carrying each slot's tail.
@@ -364,7 +393,13 @@ static void plan_resblock(struct builder *B, const struct seanet_layer *l, const
                           float *x, int T, float *hist) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
-    plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist);
+    if (direct_conv(N, hid, c * l->conv.kernel + 1)) {
+        // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
+        plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
+        plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);
+        return;
+    }
+    plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 0, 0);
     pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N);
     gemm(B, 0, 0, N, c, hid + 1, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);
 }
@@ -388,7 +423,7 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV:
-            plan_conv(B, c, w[i].w, 1, src, act[cur], T, pending_elu, mem);
+            plan_conv(B, c, w[i].w, 1, src, act[cur], T, pending_elu, mem, 0, 0);
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;
@@ -420,27 +455,25 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
     float *qkv = scratch(B, L->sc_qkv), *att = scratch(B, L->sc_att), *f = scratch(B, L->sc_ff);
     struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
                                 B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
-                                t->head_dim, L->ring, t->context};
+                                t->head_dim, L->ring, t->context, 1};
     emit(B, GOP_POSITIONS, "positions")->u.attention = base;
     transpose(B, in, x, d, rows);
     struct op_norm n = {x, NULL, NULL, h, lw[0].norm1_w, lw[0].norm1_b, rows, d, NORM_LN, 1e-5f};
     emit(B, GOP_NORM, "layernorm")->u.norm = n;
     for (int l = 0; l < t->n_layers; l++) {
         const struct gpu_layer_w *w = &lw[l];
-        // qkv (rows, 3d) = h . in_proj^T; rotate, store k and v, attend
+        // qkv (rows, 3d) = h . in_proj^T; rotate, store k and v, attend (base.rope)
         gemm(B, 1, 0, 3 * d, rows, d, w->in_proj, d, h, d, qkv, 3 * d, 0.0f);
         struct op_attention a = base;
         a.keys = state(B, L->st_keys[l]);
         a.values = state(B, L->st_values[l]);
-        emit(B, GOP_ROPE_KV, "rope_kv")->u.attention = a;
         emit(B, GOP_ATTENTION, "attention")->u.attention = a;
         // x += scale1 * (att . out_proj^T); h = LN2(x)
         gemm(B, 1, 0, d, rows, d, w->out_proj, d, att, d, y, d, 0.0f);
         n = (struct op_norm){x, y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, 1e-5f};
         emit(B, GOP_NORM, "residual_layernorm")->u.norm = n;
         // x += scale2 * (gelu(h . linear1^T) . linear2^T); h = LN1 of the next layer
-        gemm(B, 1, 0, ff, rows, d, w->linear1, d, h, d, f, ff, 0.0f);
-        pointwise(B, EW_GELU, f, NULL, NULL, 1, (size_t)rows * ff);
+        gemm(B, 1, 0, ff, rows, d, w->linear1, d, h, d, f, ff, 0.0f)->gelu = 1;
         gemm(B, 1, 0, d, rows, ff, w->linear2, ff, f, ff, y, d, 0.0f);
         int last = l + 1 == t->n_layers;
         n = (struct op_norm){x, y, w->scale2, h, last ? NULL : lw[l + 1].norm1_w,
@@ -462,11 +495,14 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
         // r (R, dim) = latent^T . in^T: the semantic level and the first acoustic level project
         if (k < 2) gemm(B, 1, 1, dim, R, D, k ? w->in_rest : w->in_first, D, latent, R, r, dim, 0.0f);
         const float *book = w->codebooks + (size_t)k * bins * dim;
-        // scores (R, bins) = r . book^T; nearest entry; the acoustic levels subtract it
-        gemm(B, 1, 0, bins, R, dim, book, dim, r, dim, scores, bins, 0.0f);
+        // scores (R, bins) = r . book^T; nearest entry; the acoustic levels subtract it. Small
+        // batches do both in the argmin's launch.
+        const int fused = R <= GPU_SKINNY_MAX && dim <= 512;
+        if (!fused) gemm(B, 1, 0, bins, R, dim, book, dim, r, dim, scores, bins, 0.0f);
         struct op_argmin *a = &emit(B, GOP_ARGMIN, "argmin")->u.argmin;
-        *a = (struct op_argmin){scores, w->norms + (size_t)k * bins, book, k ? r : NULL, codes + k,
-                                n_cb, R, bins, dim};
+        *a = (struct op_argmin){fused ? NULL : scores, w->norms + (size_t)k * bins, book, k ? r : NULL, codes + k,
+                                n_cb, R, bins, dim, r, scratch(B, L->sc_part),
+                                (uint32_t *)scratch(B, L->sc_counter)};
     }
 }
 
@@ -503,7 +539,7 @@ static void plan_encode(struct builder *B, const struct gpu_weights *w) {
     float *tr = scratch(B, L->sc_tr_out), *latent = scratch(B, L->sc_latent);
     if (sea) plan_transformer(B, &m->enc_tr, w->enc_tr, w->enc_freq, sea, tr);
     B->stage = "enc.downsample";
-    plan_conv(B, &m->downsample, w->down, 0, tr, latent, L->steps, 0, state(B, L->st_resample));
+    plan_conv(B, &m->downsample, w->down, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0);
     B->stage = "enc.quantizer";
     if (m->quantizer.n_q > 0) plan_rvq_encode(B, &m->quantizer, w, latent, p->output);
     else transpose(B, latent, p->output, L->frame_dim, B->R);

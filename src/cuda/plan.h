@@ -70,7 +70,7 @@ struct gpu_layout {
     size_t scratch_elems;
     size_t sc_stage, sc_out, sc_act[2], sc_res[2], sc_col, sc_taps;
     size_t sc_x, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
-    size_t sc_r, sc_scores, sc_e0, sc_sum;
+    size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum;
 };
 
 // Sizes state and scratch for a batch. Returns MIMI_OK or MIMI_EUNSUPPORTED.
@@ -84,8 +84,8 @@ size_t gpu_stage_input_offset(int R);
 // ---- plans ----
 
 enum gpu_op_kind {
-    GOP_IM2COL, GOP_CARRY, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
-    GOP_CONVTR_TAIL, GOP_NORM, GOP_POSITIONS, GOP_ROPE_KV, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
+    GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
+    GOP_CONVTR_TAIL, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
 };
 
 struct gpu_op {
@@ -94,6 +94,7 @@ struct gpu_op {
     const char *stage;  // the part of the codec ("enc.seanet", "dec.transformer", ...)
     union {
         struct op_im2col im2col;
+        struct op_conv conv;
         struct op_gemm gemm;
         struct op_pointwise pointwise;
         struct op_transpose transpose;

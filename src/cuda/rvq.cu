@@ -1,8 +1,8 @@
 /*
  * rvq.cu - the split residual vector quantizer's per-row work (spec 4; reference
  * src/nn/quantizer.c): the nearest codebook entry from the distance products (computed by
- * cuBLAS, matmul.cu) with the residual update, the decode lookup and sum, and the copy of codes
- * that another component left in device memory.
+ * cuBLAS, matmul.cu, or here for small batches) with the residual update, the decode lookup and
+ * sum, and the copy of codes that another component left in device memory.
  */
 #include "common.cuh"
 
@@ -47,7 +47,96 @@ static __global__ void argmin_kernel(const struct op_argmin a) {
     for (int i = threadIdx.x; i < a.dim; i += blockDim.x) res[i] = __fsub_rn(res[i], e[i]);
 }
 
+// ---- distances and nearest entry in one launch (small batches) ----
+
+#define RVQ_WARPS (RVQ_THREADS / 32)
+#define RVQ_MAX_DIM 512
+
+// Block b scores the bins b, b + G, b + 2G, ... (G blocks; a warp per bin, a lane per 32nd of
+// the entry) against every row's query held in shared memory, and keeps each row's best (v, j).
+static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const struct op_argmin a) {
+    __shared__ float qs[GPU_SKINNY_MAX * RVQ_MAX_DIM];
+    __shared__ float wv[RVQ_WARPS][GPU_SKINNY_MAX];
+    __shared__ int wj[RVQ_WARPS][GPU_SKINNY_MAX], code[GPU_SKINNY_MAX];
+    __shared__ bool last;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x;
+    for (int i = threadIdx.x; i < R * a.dim; i += blockDim.x) qs[i] = a.query[i];
+    __syncthreads();
+    float bv[GPU_SKINNY_MAX];
+    int bj[GPU_SKINNY_MAX];
+#pragma unroll
+    for (int s = 0; s < GPU_SKINNY_MAX; s++) bv[s] = INFINITY, bj[s] = a.bins;
+    for (int j = blockIdx.x + warp * G; j < a.bins; j += RVQ_WARPS * G) {
+        const float *e = a.book + (size_t)j * a.dim;
+        float dot[GPU_SKINNY_MAX];
+#pragma unroll
+        for (int s = 0; s < GPU_SKINNY_MAX; s++) dot[s] = 0.0f;
+        for (int i = lane; i < a.dim; i += 32) {
+            const float ei = e[i];
+#pragma unroll
+            for (int s = 0; s < GPU_SKINNY_MAX; s++)
+                if (s < R) dot[s] += ei * qs[s * a.dim + i];
+        }
+#pragma unroll
+        for (int s = 0; s < GPU_SKINNY_MAX; s++) {
+            if (s >= R) break;
+            float v = dot[s];
+            for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            v = a.norms[j] - 2.0f * v;
+            if (better(v, j, bv[s], bj[s])) bv[s] = v, bj[s] = j;
+        }
+    }
+    if (lane == 0)
+        for (int s = 0; s < R; s++) wv[warp][s] = bv[s], wj[warp][s] = bj[s];
+    __syncthreads();
+    float *part_v = a.part;
+    int *part_j = (int *)a.part + (size_t)G * R;
+    if (threadIdx.x < R) {
+        const int s = threadIdx.x;
+        float v = INFINITY;
+        int j = a.bins;
+        for (int w = 0; w < RVQ_WARPS; w++)
+            if (better(wv[w][s], wj[w][s], v, j)) v = wv[w][s], j = wj[w][s];
+        part_v[(size_t)blockIdx.x * R + s] = v;
+        part_j[(size_t)blockIdx.x * R + s] = j;
+    }
+    // the last block to finish reduces the candidates of all blocks
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == (unsigned)G - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x < R) {
+        const int s = threadIdx.x;
+        float v = INFINITY;
+        int j = a.bins;
+        for (int b = 0; b < G; b++) {
+            const float pv = ((volatile float *)part_v)[(size_t)b * R + s];
+            const int pj = ((volatile int *)part_j)[(size_t)b * R + s];
+            if (better(pv, pj, v, j)) v = pv, j = pj;
+        }
+        code[s] = j < a.bins ? j : 0;  // all-NaN distances fall back to entry 0
+        a.codes[(size_t)s * a.code_stride] = code[s];
+    }
+    __syncthreads();
+    if (a.residual)
+        for (int i = threadIdx.x; i < R * a.dim; i += blockDim.x) {
+            const int s = i / a.dim, c = i - s * a.dim;
+            a.residual[i] = __fsub_rn(a.residual[i], a.book[(size_t)code[s] * a.dim + c]);
+        }
+    if (threadIdx.x == 0) *a.counter = 0;
+}
+
 static int launch_argmin(const struct op_argmin *a, struct gpu_exec *ex) {
+    if (!a->scores) {
+        if (a->R > GPU_SKINNY_MAX || a->dim > RVQ_MAX_DIM) {
+            if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "argmin: %d rows of %d for the fused form", a->R, a->dim);
+            return MIMI_EINVAL;
+        }
+        rvq_level_kernel<<<GPU_RVQ_BLOCKS, RVQ_THREADS, 0, STREAM(ex)>>>(*a);
+        return launch_status(ex, "argmin");
+    }
     argmin_kernel<<<a->R, RVQ_THREADS, 0, STREAM(ex)>>>(*a);
     return launch_status(ex, "argmin");
 }
