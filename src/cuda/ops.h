@@ -60,11 +60,20 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // plus the old y[o, r, t] when `accumulate` (the resblock's residual), g = ELU when `post_elu`.
 // The input side (x, history, f, padding rows) is `in`'s, as for im2col; in.col and in.ones are
 // unused, and the history is not carried (a GOP_CARRY follows when H > 0).
+// The reduction over i*K + k is split into `splits` contiguous parts of `chunk` indices, one block
+// each per tile of 8 channels x 32 columns; with splits > 1 the parts leave their sums in `part`
+// (splits * c_out * R * T/S) and the last block of a tile adds them in part order, so the result
+// does not depend on timing. `counters` (one per tile) are zero before and after.
+#define GPU_CONV_PART_FLOATS (1 << 20)
+#define GPU_CONV_COUNTERS 2048
 struct op_conv {
     struct op_im2col in;
     const float *w;  // (c_out, ld): the c_in*K weights of output o, then its bias when `bias`
     float *y;        // (c_out, R, T/S)
     int c_out, ld, bias, post_elu, accumulate;
+    int splits, chunk;
+    float *part;
+    uint32_t *counters;
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 

@@ -264,6 +264,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_tr_in = take(&s, rows * d);
     L->sc_tr_out = take(&s, rows * d);
     L->sc_latent = take(&s, maxz(d, (size_t)L->frame_dim) * C);
+    L->sc_conv_part = take(&s, GPU_CONV_PART_FLOATS);
+    L->sc_conv_counters = take(&s, GPU_CONV_COUNTERS);
     if (codes) {
         L->sc_r = take(&s, C * q->dim);
         L->sc_scores = take(&s, C * q->bins);
@@ -334,13 +336,29 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 
 // ---- convolutions ----
 
-// Products of at most this many multiply-adds, with more output columns than the skinny kernel
-// takes, run as one direct conv kernel: below it cuBLAS cannot fill the chip and im2col and the
-// activations cost a launch each (one stream's SEANet); above it im2col + cuBLAS is faster.
+// Products of at most this many multiply-adds run as one direct conv kernel: below it cuBLAS
+// cannot fill the chip and im2col and the activations cost a launch each (one stream's SEANet);
+// above it im2col + cuBLAS is faster.
 #define DIRECT_CONV_MAX_MACS (1 << 26)
+// Blocks a direct conv aims for (about four per SM of an H200), and the reduction indices one
+// block stages at most (32 KB of weights); the reduction is split over blocks to get there.
+#define DIRECT_CONV_BLOCKS 528
+#define DIRECT_CONV_CHUNK 1024
 
-static int direct_conv(int N, int c_out, int ck) {
-    return N > GPU_SKINNY_MAX && (double)N * c_out * ck <= DIRECT_CONV_MAX_MACS;
+static int direct_conv(int N, int c_out, int ck) { return (double)N * c_out * ck <= DIRECT_CONV_MAX_MACS; }
+
+// Splits d's reduction so that the chip has enough blocks and each stages a bounded slice, within
+// the scratch for the parts' sums and the tile counters.
+static void conv_split(struct op_conv *d, int N) {
+    const int KK = d->in.c_in * d->in.K;
+    const long tiles = (long)((N + 31) / 32) * ((d->c_out + 7) / 8);
+    long s = (DIRECT_CONV_BLOCKS + tiles - 1) / tiles;
+    if (s < (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK) s = (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK;
+    if (s > KK / 64) s = KK / 64;  // at least 8 indices per warp
+    while (s > 1 && (s * d->c_out * (long)N > GPU_CONV_PART_FLOATS || tiles > GPU_CONV_COUNTERS)) s--;
+    if (s < 1) s = 1;
+    d->chunk = (int)(((KK + s - 1) / s + 3) & ~3L);
+    d->splits = (KK + d->chunk - 1) / d->chunk;
 }
 
 // The input side of a conv: [history | f(x)] of c's input, f = ELU when `elu`.
@@ -363,7 +381,9 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
     if (direct_conv(N, c->c_out, ck)) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
-        *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate};
+        *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
+                              1, ck, scratch(B, B->L->sc_conv_part), (uint32_t *)scratch(B, B->L->sc_conv_counters)};
+        conv_split(d, N);
         if (d->in.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
         return;
     }

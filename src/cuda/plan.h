@@ -70,7 +70,7 @@ struct gpu_layout {
     size_t scratch_elems;
     size_t sc_stage, sc_out, sc_act[2], sc_res[2], sc_col, sc_taps;
     size_t sc_x, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
-    size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum;
+    size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum, sc_conv_part, sc_conv_counters;
 };
 
 // Sizes state and scratch for a batch. Returns MIMI_OK or MIMI_EUNSUPPORTED.

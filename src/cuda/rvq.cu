@@ -107,17 +107,24 @@ static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const str
     __syncthreads();
     if (!last) return;
     __threadfence();
-    if (threadIdx.x < R) {
-        const int s = threadIdx.x;
+    // a warp per row over the blocks' candidates: the (v, j) minimum is the same in any order
+    for (int s = warp; s < R; s += RVQ_WARPS) {
         float v = INFINITY;
         int j = a.bins;
-        for (int b = 0; b < G; b++) {
-            const float pv = ((volatile float *)part_v)[(size_t)b * R + s];
-            const int pj = ((volatile int *)part_j)[(size_t)b * R + s];
+        for (int b = lane; b < G; b += 32) {
+            const float pv = __ldcg(part_v + (size_t)b * R + s);
+            const int pj = __ldcg(part_j + (size_t)b * R + s);
             if (better(pv, pj, v, j)) v = pv, j = pj;
         }
-        code[s] = j < a.bins ? j : 0;  // all-NaN distances fall back to entry 0
-        a.codes[(size_t)s * a.code_stride] = code[s];
+        for (int off = 16; off; off >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+            const int oj = __shfl_xor_sync(0xffffffffu, j, off);
+            if (better(ov, oj, v, j)) v = ov, j = oj;
+        }
+        if (lane == 0) {
+            code[s] = j < a.bins ? j : 0;  // all-NaN distances fall back to entry 0
+            a.codes[(size_t)s * a.code_stride] = code[s];
+        }
     }
     __syncthreads();
     if (a.residual)
