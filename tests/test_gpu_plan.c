@@ -171,6 +171,43 @@ static void emu_convtr_tail(const struct op_convtr *a) {
         }
 }
 
+static void emu_convtr_direct(const struct op_convtr_direct *a) {
+    const struct op_convtr *tr = &a->tr;
+    const int S = tr->S, T = tr->T, R = tr->R, K = tr->K;
+    for (int o = 0; o < tr->c_out; o++)
+        for (int r = 0; r < R; r++) {
+            const float b = tr->bias ? tr->bias[o] : 0.0f;
+            const int slot = slot_of(tr->row_slot, r);
+            for (int t = 0; t <= T; t++)
+                for (int f = 0; f < S; f++) {
+                    float v = 0.0f;
+                    for (int u = 0; u < 2; u++) {
+                        if (t - u < 0 || t - u >= T) continue;
+                        const float *w = tr->w + ((size_t)o * K + f + u * S) * a->c_in;
+                        for (int i = 0; i < a->c_in; i++) v += w[i] * tr->x[((size_t)i * R + r) * T + t - u];
+                    }
+                    v += b;
+                    if (t == T) {
+                        a->next[((size_t)o * R + r) * S + f] = v - b;
+                        continue;
+                    }
+                    if (t == 0 && slot >= 0) v += tr->tail[(size_t)slot * tr->slot_stride + (size_t)o * S + f];
+                    tr->y[((size_t)o * R + r) * S * T + t * S + f] = v;
+                }
+        }
+}
+
+static void emu_convtr_copy(const struct op_convtr_direct *a) {
+    const struct op_convtr *tr = &a->tr;
+    for (int o = 0; o < tr->c_out; o++)
+        for (int r = 0; r < tr->R; r++) {
+            const int slot = slot_of(tr->row_slot, r);
+            if (slot < 0) continue;
+            memcpy(tr->tail + (size_t)slot * tr->slot_stride + (size_t)o * tr->S, a->next + ((size_t)o * tr->R + r) * tr->S,
+                   sizeof(float) * tr->S);
+        }
+}
+
 static void emu_norm(const struct op_norm *a) {
     for (int r = 0; r < a->rows; r++) {
         float *x = a->x + (size_t)r * a->d;
@@ -318,6 +355,8 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_FINISH: emu_finish(&op->u.finish); break;
         case GOP_CONVTR_OUT: emu_convtr_out(&op->u.convtr); break;
         case GOP_CONVTR_TAIL: emu_convtr_tail(&op->u.convtr); break;
+        case GOP_CONVTR_DIRECT: emu_convtr_direct(&op->u.convtr_direct); break;
+        case GOP_CONVTR_COPY: emu_convtr_copy(&op->u.convtr_direct); break;
         case GOP_NORM: emu_norm(&op->u.norm); break;
         case GOP_POSITIONS: emu_positions(&op->u.attention); break;
         case GOP_ATTENTION: emu_attention(&op->u.attention); break;

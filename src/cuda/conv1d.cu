@@ -6,7 +6,7 @@
  */
 #include <stdint.h>
 
-#include "common.cuh"
+#include "direct.cuh"
 
 // ---- im2col ----
 
@@ -83,95 +83,42 @@ extern "C" int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex) 
 
 // ---- direct conv ----
 
-#define CONV_WARPS 8
-#define CONV_TO 8      // output channels per block (two float4s of weights per reduction index)
-#define CONV_KC 2048   // reduction indices staged at a time: a (CONV_KC, CONV_TO) slice, 64 KB
+// The conv as a direct-kernel geometry (direct.cuh): columns (row, output step), reduction
+// index i*K + k, one phase.
+struct conv_geom {
+    struct op_conv a;
+    struct cursor {
+        int r, j0, i, k;
+    };
+    __device__ int cols() const { return a.in.R * (a.in.T / a.in.S); }
+    __device__ int reduction() const { return a.in.c_in * a.in.K; }
+    __device__ int phases() const { return 1; }
+    __device__ int c_out() const { return a.c_out; }
+    __device__ const struct gpu_split &split() const { return a.split; }
+    __device__ const float *weight(int o, int, int p) const { return a.w + (size_t)o * a.ld + p; }
+    __device__ bool weights_vec(int p0, int n) const {
+        return a.ld % 4 == 0 && p0 % 4 == 0 && n % 4 == 0 && (uintptr_t)a.w % 16 == 0;
+    }
+    __device__ cursor start(int n, int, int p) const {
+        const int To = a.in.T / a.in.S, r = n / To, i = p / a.in.K;
+        return cursor{r, (n - r * To) * a.in.S, i, p - i * a.in.K};
+    }
+    __device__ float next(cursor &c) const {
+        const float v = xin(a.in, c.i, c.r, c.j0 + c.k);
+        if (++c.k == a.in.K) c.k = 0, c.i++;
+        return v;
+    }
+    __device__ void finish(int o, int, int n, float v) const {
+        if (a.bias) v += a.w[(size_t)o * a.ld + reduction()];
+        if (a.post_elu) v = elu_f(v);
+        float *y = a.y + (size_t)o * cols() + n;
+        *y = a.accumulate ? *y + v : v;
+    }
+};
 
-// Block (x, y, z) computes CONV_TO output channels for 32 columns, a lane per column, over the
-// z-th part of the reduction. Its weight rows are staged in shared memory with coalesced loads,
-// stored (index, channel) so that a lane reads its CONV_TO weights as two float4s broadcast to
-// the whole warp; the warps split the part into contiguous shares and their sums are added in
-// warp order, then (splits > 1) the parts' sums in part order by the tile's last block.
-static __global__ void __launch_bounds__(32 * CONV_WARPS) conv_kernel(const struct op_conv a) {
-    extern __shared__ float4 conv_smem[];
-    __shared__ float part[CONV_WARPS][CONV_TO][32];
-    __shared__ bool last;
-    float *ws = (float *)conv_smem;  // (kc, CONV_TO)
-    const struct op_im2col &in = a.in;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int To = in.T / in.S, N = in.R * To, KK = in.c_in * in.K;
-    const int n = blockIdx.x * 32 + lane, o0 = blockIdx.y * CONV_TO;
-    const int r = n < N ? n / To : 0, j0 = (n < N ? n - r * To : 0) * in.S;
-    const int p_begin = blockIdx.z * a.chunk, p_end = min(KK, p_begin + a.chunk);
-    float acc[CONV_TO];
-#pragma unroll
-    for (int o = 0; o < CONV_TO; o++) acc[o] = 0.0f;
-    for (int p0 = p_begin; p0 < p_end; p0 += CONV_KC) {
-        const int kc = min(CONV_KC, p_end - p0);
-        __syncthreads();  // the previous slice is consumed
-        for (int e = threadIdx.x; e < CONV_TO * kc; e += blockDim.x) {
-            const int o = e / kc, q = e - o * kc;
-            ws[q * CONV_TO + o] = o0 + o < a.c_out ? a.w[(size_t)(o0 + o) * a.ld + p0 + q] : 0.0f;
-        }
-        __syncthreads();
-        const int share = (kc + CONV_WARPS - 1) / CONV_WARPS, q0 = warp * share, q1 = min(kc, q0 + share);
-        if (n < N && q0 < q1) {
-            int i = (p0 + q0) / in.K, k = p0 + q0 - i * in.K;
-#pragma unroll 4
-            for (int q = q0; q < q1; q++) {
-                const float xv = xin(in, i, r, j0 + k);
-                const float4 w0 = *(const float4 *)(ws + q * CONV_TO), w1 = *(const float4 *)(ws + q * CONV_TO + 4);
-                acc[0] += w0.x * xv, acc[1] += w0.y * xv, acc[2] += w0.z * xv, acc[3] += w0.w * xv;
-                acc[4] += w1.x * xv, acc[5] += w1.y * xv, acc[6] += w1.z * xv, acc[7] += w1.w * xv;
-                if (++k == in.K) k = 0, i++;
-            }
-        }
-    }
-#pragma unroll
-    for (int o = 0; o < CONV_TO; o++) part[warp][o][lane] = acc[o];
-    __syncthreads();
-    // warp w finishes output channel o0 + w (CONV_TO == CONV_WARPS)
-    const int o = o0 + warp;
-    float v = 0.0f;
-    for (int w = 0; w < CONV_WARPS; w++) v += part[w][warp][lane];
-    const size_t at = (size_t)o * N + n;
-    const bool mine = n < N && o < a.c_out;
-    if (a.splits > 1) {
-        const size_t plane = (size_t)a.c_out * N;
-        if (mine) a.part[(size_t)blockIdx.z * plane + at] = v;
-        __threadfence();
-        __syncthreads();
-        uint32_t *counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
-        if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)a.splits - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        if (threadIdx.x == 0) *counter = 0;
-        if (!mine) return;
-        v = __ldcg(a.part + at);
-        for (int z = 1; z < a.splits; z++) v += __ldcg(a.part + (size_t)z * plane + at);
-    }
-    if (!mine) return;
-    if (a.bias) v += a.w[(size_t)o * a.ld + KK];
-    if (a.post_elu) v = elu_f(v);
-    float *y = a.y + at;
-    *y = a.accumulate ? *y + v : v;
+extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
+    return direct_launch(conv_geom{*a}, a->in.R * (a->in.T / a->in.S), a->c_out, 1, ex, "conv");
 }
-
-static int launch_conv(const struct op_conv *a, struct gpu_exec *ex) {
-    static_assert(CONV_TO == CONV_WARPS, "one warp per output channel in the epilogue");
-    const int N = a->in.R * (a->in.T / a->in.S);
-    const size_t smem = sizeof(float) * CONV_TO * (size_t)(a->chunk < CONV_KC ? a->chunk : CONV_KC);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(conv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return launch_status(ex, "conv (shared memory)");
-    }
-    dim3 grid((N + 31) / 32, (a->c_out + CONV_TO - 1) / CONV_TO, a->splits);
-    conv_kernel<<<grid, 32 * CONV_WARPS, smem, STREAM(ex)>>>(*a);
-    return launch_status(ex, "conv");
-}
-
-extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) { return launch_conv(a, ex); }
 
 // ---- carry ----
 

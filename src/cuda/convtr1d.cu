@@ -1,10 +1,11 @@
 /*
- * convtr1d.cu - the streaming ConvTranspose1d's overlap-add (spec 5.2; reference
- * src/nn/conv.c): the emitted columns with bias and the previous call's tail, then the new tail
- * without bias. A dense layer's per-tap products come from one cuBLAS call (matmul.cu); a
- * depthwise layer (the upsample) multiplies its input here.
+ * convtr1d.cu - the streaming ConvTranspose1d (spec 5.2; reference src/nn/conv.c). Large dense
+ * layers: per-tap products from one cuBLAS call (matmul.cu), then the overlap-add here (the
+ * emitted columns with bias and the previous call's tail, then the new tail without bias); a
+ * depthwise layer (the upsample) multiplies its input in the overlap-add. Small dense layers:
+ * the whole layer in one direct kernel (direct.cuh) and a copy of the new tail.
  */
-#include "common.cuh"
+#include "direct.cuh"
 
 // `v` plus the taps landing on full-output column q of channel o, row r, added in the order the
 // reference adds them (input step ascending).
@@ -77,3 +78,73 @@ static int launch_tail(const struct op_convtr *a, struct gpu_exec *ex) {
 }
 
 extern "C" int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex) { return launch_tail(a, ex); }
+
+// ---- direct (small dense layers, K = 2S) ----
+
+// The transposed conv as a direct-kernel geometry: output phase f = j mod S, columns
+// (row, t) with t = 0 .. T (t = T: the next tail), reduction index u*c_in + i for the taps
+// k = f + u*S on input step t - u.
+struct convtr_geom {
+    struct op_convtr_direct a;
+    struct cursor {
+        int r, t, u, i;
+    };
+    __device__ int cols() const { return a.tr.R * (a.tr.T + 1); }
+    __device__ int reduction() const { return 2 * a.c_in; }
+    __device__ int phases() const { return a.tr.S; }
+    __device__ int c_out() const { return a.tr.c_out; }
+    __device__ const struct gpu_split &split() const { return a.split; }
+    __device__ const float *weight(int o, int f, int p) const {
+        const int u = p / a.c_in;
+        return a.tr.w + ((size_t)o * a.tr.K + f + u * a.tr.S) * a.c_in + (p - u * a.c_in);
+    }
+    __device__ bool weights_vec(int p0, int n) const {
+        return a.c_in % 4 == 0 && p0 % 4 == 0 && n % 4 == 0 && (uintptr_t)a.tr.w % 16 == 0;
+    }
+    __device__ cursor start(int n, int, int p) const {
+        const int r = n / (a.tr.T + 1), u = p / a.c_in;
+        return cursor{r, n - r * (a.tr.T + 1), u, p - u * a.c_in};
+    }
+    __device__ float next(cursor &c) const {
+        const int t = c.t - c.u;
+        const float v = t >= 0 && t < a.tr.T ? a.tr.x[((size_t)c.i * a.tr.R + c.r) * a.tr.T + t] : 0.0f;
+        if (++c.i == a.c_in) c.i = 0, c.u++;
+        return v;
+    }
+    __device__ void finish(int o, int f, int n, float v) const {
+        const struct op_convtr &tr = a.tr;
+        const int r = n / (tr.T + 1), t = n - r * (tr.T + 1), S = tr.S;
+        const float b = tr.bias ? tr.bias[o] : 0.0f;
+        v = __fadd_rn(b, v);
+        if (t == tr.T) {  // the tail the full output leaves, without the bias
+            a.next[((size_t)o * tr.R + r) * S + f] = __fsub_rn(v, b);
+            return;
+        }
+        const int slot = tr.row_slot[r];
+        if (t == 0 && slot >= 0) v = __fadd_rn(v, tr.tail[(size_t)slot * tr.slot_stride + (size_t)o * S + f]);
+        tr.y[((size_t)o * tr.R + r) * S * tr.T + t * S + f] = v;
+    }
+};
+
+extern "C" int mimi_cuda_convtr_direct(const struct op_convtr_direct *a, struct gpu_exec *ex) {
+    if (a->tr.K != 2 * a->tr.S) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "convtr_direct: kernel %d is not twice the stride %d", a->tr.K, a->tr.S);
+        return MIMI_EINVAL;
+    }
+    return direct_launch(convtr_geom{*a}, a->tr.R * (a->tr.T + 1), a->tr.c_out, a->tr.S, ex, "convtr_direct");
+}
+
+// tail (c_out, P = S) of every non-padding row's slot = next.
+static __global__ void convtr_copy_kernel(const struct op_convtr_direct a) {
+    const struct op_convtr &tr = a.tr;
+    FOR_EACH(idx, (size_t)tr.c_out * tr.R * tr.S) {
+        const int f = (int)(idx % tr.S), r = (int)(idx / tr.S % tr.R), o = (int)(idx / ((size_t)tr.S * tr.R));
+        const int slot = tr.row_slot[r];
+        if (slot >= 0) tr.tail[(size_t)slot * tr.slot_stride + (size_t)o * tr.S + f] = a.next[idx];
+    }
+}
+
+extern "C" int mimi_cuda_convtr_copy(const struct op_convtr_direct *a, struct gpu_exec *ex) {
+    convtr_copy_kernel<<<grid_for((size_t)a->tr.c_out * a->tr.R * a->tr.S, 256), 256, 0, STREAM(ex)>>>(*a);
+    return launch_status(ex, "convtr_copy");
+}

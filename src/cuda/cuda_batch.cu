@@ -25,6 +25,8 @@ int mimi_cuda_run_op(const struct gpu_op *op, struct gpu_exec *ex) {
     case GOP_FINISH: return mimi_cuda_finish(&op->u.finish, ex);
     case GOP_CONVTR_OUT: return mimi_cuda_convtr_out(&op->u.convtr, ex);
     case GOP_CONVTR_TAIL: return mimi_cuda_convtr_tail(&op->u.convtr, ex);
+    case GOP_CONVTR_DIRECT: return mimi_cuda_convtr_direct(&op->u.convtr_direct, ex);
+    case GOP_CONVTR_COPY: return mimi_cuda_convtr_copy(&op->u.convtr_direct, ex);
     case GOP_NORM: return mimi_cuda_norm(&op->u.norm, ex);
     case GOP_POSITIONS: return mimi_cuda_positions(&op->u.attention, ex);
     case GOP_ATTENTION: return mimi_cuda_attention(&op->u.attention, ex);

@@ -33,6 +33,21 @@ struct gpu_exec {
     size_t errlen;
 };
 
+// ---- direct convolutions (conv1d.cu, convtr1d.cu) ----
+
+// The direct kernels compute 8 output channels x 32 columns per block; the reduction is split
+// into `splits` contiguous parts of `chunk` indices, a block each. With splits > 1 every part
+// leaves its sums in `part` (splits * outputs floats) and the last block of a tile to finish adds
+// them in part order, so the result does not depend on timing; `counters` (one per tile) are
+// zero before and after.
+#define GPU_CONV_PART_FLOATS (1 << 20)
+#define GPU_CONV_COUNTERS 2048
+struct gpu_split {
+    int splits, chunk;
+    float *part;
+    uint32_t *counters;
+};
+
 // ---- conv1d.cu ----
 
 // col (c_in*K + ones, R*T_out) from [history | f(x)] per row, f = ELU when `elu`:
@@ -60,20 +75,13 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // plus the old y[o, r, t] when `accumulate` (the resblock's residual), g = ELU when `post_elu`.
 // The input side (x, history, f, padding rows) is `in`'s, as for im2col; in.col and in.ones are
 // unused, and the history is not carried (a GOP_CARRY follows when H > 0).
-// The reduction over i*K + k is split into `splits` contiguous parts of `chunk` indices, one block
-// each per tile of 8 channels x 32 columns; with splits > 1 the parts leave their sums in `part`
-// (splits * c_out * R * T/S) and the last block of a tile adds them in part order, so the result
-// does not depend on timing. `counters` (one per tile) are zero before and after.
-#define GPU_CONV_PART_FLOATS (1 << 20)
-#define GPU_CONV_COUNTERS 2048
+// See struct gpu_split for how the reduction is spread over blocks.
 struct op_conv {
     struct op_im2col in;
     const float *w;  // (c_out, ld): the c_in*K weights of output o, then its bias when `bias`
     float *y;        // (c_out, R, T/S)
     int c_out, ld, bias, post_elu, accumulate;
-    int splits, chunk;
-    float *part;
-    uint32_t *counters;
+    struct gpu_split split;
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 
@@ -155,6 +163,21 @@ struct op_convtr {
 };
 int mimi_cuda_convtr_out(const struct op_convtr *a, struct gpu_exec *ex);
 int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);
+
+// A dense ConvTranspose1d with K = 2S in one kernel, for small products (one stream's decoder):
+// with W[o, k] the packed weight's row o*K + k (c_in values) and x(i, r, t) = 0 outside
+// [0, T), y[o, r, t*S + f] = ((bias[o] + sum_i W[o, f][i] x(i, r, t) + W[o, f + S][i]
+// x(i, r, t - 1)) + tail[o, t*S + f] (t = 0 only)), and next[o, r, f] = (bias[o] + sum_i
+// W[o, f + S][i] x(i, r, T - 1)) - bias[o], the tail the full output leaves (convtr_tail's
+// value). mimi_cuda_convtr_copy then stores `next` as the tail of every non-padding row.
+struct op_convtr_direct {
+    struct op_convtr tr;  // tr.w: the packed (c_out*K, c_in) weight; tr.taps unused
+    int c_in;
+    float *next;          // (c_out, R, S)
+    struct gpu_split split;
+};
+int mimi_cuda_convtr_direct(const struct op_convtr_direct *a, struct gpu_exec *ex);
+int mimi_cuda_convtr_copy(const struct op_convtr_direct *a, struct gpu_exec *ex);
 
 // ---- norm.cu ----
 

@@ -345,20 +345,23 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 #define DIRECT_CONV_BLOCKS 528
 #define DIRECT_CONV_CHUNK 1024
 
-static int direct_conv(int N, int c_out, int ck) { return (double)N * c_out * ck <= DIRECT_CONV_MAX_MACS; }
+static int direct_conv(double macs) { return macs <= DIRECT_CONV_MAX_MACS; }
 
-// Splits d's reduction so that the chip has enough blocks and each stages a bounded slice, within
-// the scratch for the parts' sums and the tile counters.
-static void conv_split(struct op_conv *d, int N) {
-    const int KK = d->in.c_in * d->in.K;
-    const long tiles = (long)((N + 31) / 32) * ((d->c_out + 7) / 8);
+// Splits a direct kernel's reduction of KK indices over `cols` columns, c_out channels and
+// `phases` phases so that the chip has enough blocks and each stages a bounded slice, within the
+// scratch for the parts' sums and the tile counters.
+static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_out, int phases) {
+    const long tiles = (long)((cols + 31) / 32) * ((c_out + 7) / 8) * phases;
+    const long outputs = (long)cols * c_out * phases;
     long s = (DIRECT_CONV_BLOCKS + tiles - 1) / tiles;
     if (s < (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK) s = (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK;
     if (s > KK / 64) s = KK / 64;  // at least 8 indices per warp
-    while (s > 1 && (s * d->c_out * (long)N > GPU_CONV_PART_FLOATS || tiles > GPU_CONV_COUNTERS)) s--;
+    while (s > 1 && (s * outputs > GPU_CONV_PART_FLOATS || tiles > GPU_CONV_COUNTERS)) s--;
     if (s < 1) s = 1;
-    d->chunk = (int)(((KK + s - 1) / s + 3) & ~3L);
-    d->splits = (KK + d->chunk - 1) / d->chunk;
+    struct gpu_split sp = {1, (int)(((KK + s - 1) / s + 3) & ~3L), scratch(B, B->L->sc_conv_part),
+                           (uint32_t *)scratch(B, B->L->sc_conv_counters)};
+    sp.splits = (KK + sp.chunk - 1) / sp.chunk;
+    return sp;
 }
 
 // The input side of a conv: [history | f(x)] of c's input, f = ELU when `elu`.
@@ -379,11 +382,10 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
-    if (direct_conv(N, c->c_out, ck)) {
+    if (direct_conv((double)N * c->c_out * ck)) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
-                              1, ck, scratch(B, B->L->sc_conv_part), (uint32_t *)scratch(B, B->L->sc_conv_counters)};
-        conv_split(d, N);
+                              direct_split(B, ck - with_bias, N, c->c_out, 1)};
         if (d->in.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
         return;
     }
@@ -401,6 +403,16 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
+    if (dense && K == 2 * S && direct_conv((double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
+        // one kernel, its next tail staged in the (unused) taps buffer, then stored
+        a.taps = NULL;
+        a.w = W;
+        struct op_convtr_direct d = {a, c->c_in, scratch(B, B->L->sc_taps),
+                                     direct_split(B, 2 * c->c_in, B->R * (T + 1), c->c_out, S)};
+        emit(B, GOP_CONVTR_DIRECT, "convtr_direct")->u.convtr_direct = d;
+        emit(B, GOP_CONVTR_COPY, "convtr_copy")->u.convtr_direct = d;
+        return;
+    }
     // taps (c_out*K, N) = W_packed (c_out*K, c_in) . x (c_in, N)
     if (dense) gemm(B, 0, 0, N, c->c_out * K, c->c_in, x, N, W, c->c_in, (float *)a.taps, N, 0.0f);
     emit(B, GOP_CONVTR_OUT, "convtr_out")->u.convtr = a;
@@ -413,7 +425,7 @@ static void plan_resblock(struct builder *B, const struct seanet_layer *l, const
                           float *x, int T, float *hist) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
-    if (direct_conv(N, hid, c * l->conv.kernel + 1)) {
+    if (direct_conv((double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
         plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);

@@ -85,7 +85,7 @@ size_t gpu_stage_input_offset(int R);
 
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
-    GOP_CONVTR_TAIL, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
+    GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
 };
 
 struct gpu_op {
@@ -100,6 +100,7 @@ struct gpu_op {
         struct op_transpose transpose;
         struct op_finish finish;
         struct op_convtr convtr;
+        struct op_convtr_direct convtr_direct;
         struct op_norm norm;
         struct op_attention attention;
         struct op_argmin argmin;

@@ -71,6 +71,7 @@ static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const str
         float dot[GPU_SKINNY_MAX];
 #pragma unroll
         for (int s = 0; s < GPU_SKINNY_MAX; s++) dot[s] = 0.0f;
+#pragma unroll 8
         for (int i = lane; i < a.dim; i += 32) {
             const float ei = e[i];
 #pragma unroll

@@ -1,0 +1,134 @@
+/*
+ * direct.cuh - the kernel shared by the direct (im2col-free) conv and transposed conv: the whole
+ * layer in one launch for products too small to fill the chip through cuBLAS.
+ *
+ * A geometry G (conv1d.cu, convtr1d.cu) says what the kernel reduces:
+ *   cols(), reduction(), phases(), c_out(), split()   the sizes and the struct gpu_split
+ *   weight(o, phase, p), weights_vec(p0, n)           output o's weight at reduction index p;
+ *                                                     whether 4 consecutive ones are one float4
+ *   start(n, phase, p) -> cursor, next(cursor&)       column n's input at index p, p + 1, ...
+ *   finish(o, phase, n, v)                            the epilogue: bias, activation, stores
+ * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
+ * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. Its
+ * weight slice is staged in shared memory as (index, channel), so that a lane reads its
+ * DIRECT_TO weights as two float4s broadcast to the whole warp; the warps split the part into
+ * contiguous shares and their sums are added in warp order, then (splits > 1) the parts' sums in
+ * part order by the tile's last block (struct gpu_split).
+ */
+#ifndef MIMI_CUDA_DIRECT_CUH
+#define MIMI_CUDA_DIRECT_CUH
+
+#include <stdint.h>
+
+#include "common.cuh"
+
+#define DIRECT_WARPS 8
+#define DIRECT_TO 8         // output channels per block, one warp each in the epilogue
+#define DIRECT_KC 2048      // reduction indices staged at a time: (DIRECT_KC, DIRECT_TO), 64 KB
+#define DIRECT_STAGE_LOADS 8
+
+// ws (kc, DIRECT_TO) = the weights of channels o0 .. o0 + DIRECT_TO - 1 at reduction indices
+// p0 .. p0 + kc - 1 (zeros past c_out). Every thread issues up to DIRECT_STAGE_LOADS loads
+// before it stores any, so the slice arrives in about one memory round trip.
+template <class G>
+static __device__ __forceinline__ void direct_stage(const G &g, float *ws, int o0, int phase, int p0, int kc) {
+    const bool vec = g.weights_vec(p0, kc);
+    const int width = vec ? 4 : 1, per_row = kc / width, total = DIRECT_TO * per_row;
+    for (int base = threadIdx.x; base < total; base += DIRECT_STAGE_LOADS * blockDim.x) {
+        float4 v[DIRECT_STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
+            const int e = base + u * blockDim.x, o = e / per_row, q = (e - o * per_row) * width;
+            v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (e < total && o0 + o < g.c_out()) {
+                const float *src = g.weight(o0 + o, phase, p0 + q);
+                v[u] = vec ? *(const float4 *)src : make_float4(*src, 0.0f, 0.0f, 0.0f);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
+            const int e = base + u * blockDim.x, o = e / per_row, q = (e - o * per_row) * width;
+            if (e >= total) break;
+            ws[q * DIRECT_TO + o] = v[u].x;
+            if (vec) {
+                ws[(q + 1) * DIRECT_TO + o] = v[u].y;
+                ws[(q + 2) * DIRECT_TO + o] = v[u].z;
+                ws[(q + 3) * DIRECT_TO + o] = v[u].w;
+            }
+        }
+    }
+}
+
+template <class G>
+static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const G g) {
+    static_assert(DIRECT_TO == DIRECT_WARPS, "one warp per output channel in the epilogue");
+    extern __shared__ float4 direct_smem[];
+    __shared__ float part[DIRECT_WARPS][DIRECT_TO][32];
+    __shared__ bool last;
+    float *ws = (float *)direct_smem;  // (kc, DIRECT_TO)
+    const struct gpu_split &sp = g.split();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int N = g.cols(), KK = g.reduction(), phases = g.phases();
+    const int phase = blockIdx.y % phases, o0 = blockIdx.y / phases * DIRECT_TO;
+    const int n = blockIdx.x * 32 + lane;
+    const int p_begin = blockIdx.z * sp.chunk, p_end = min(KK, p_begin + sp.chunk);
+    float acc[DIRECT_TO];
+#pragma unroll
+    for (int o = 0; o < DIRECT_TO; o++) acc[o] = 0.0f;
+    for (int p0 = p_begin; p0 < p_end; p0 += DIRECT_KC) {
+        const int kc = min(DIRECT_KC, p_end - p0);
+        __syncthreads();  // the previous slice is consumed
+        direct_stage(g, ws, o0, phase, p0, kc);
+        __syncthreads();
+        const int share = (kc + DIRECT_WARPS - 1) / DIRECT_WARPS, q0 = warp * share, q1 = min(kc, q0 + share);
+        if (n < N && q0 < q1) {
+            typename G::cursor c = g.start(n, phase, p0 + q0);
+#pragma unroll 8
+            for (int q = q0; q < q1; q++) {
+                const float xv = g.next(c);
+                const float4 w0 = *(const float4 *)(ws + q * DIRECT_TO), w1 = *(const float4 *)(ws + q * DIRECT_TO + 4);
+                acc[0] += w0.x * xv, acc[1] += w0.y * xv, acc[2] += w0.z * xv, acc[3] += w0.w * xv;
+                acc[4] += w1.x * xv, acc[5] += w1.y * xv, acc[6] += w1.z * xv, acc[7] += w1.w * xv;
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < DIRECT_TO; o++) part[warp][o][lane] = acc[o];
+    __syncthreads();
+    const int o = o0 + warp;
+    float v = 0.0f;
+    for (int w = 0; w < DIRECT_WARPS; w++) v += part[w][warp][lane];
+    const bool mine = n < N && o < g.c_out();
+    if (sp.splits > 1) {
+        const size_t plane = (size_t)g.c_out() * phases * N, at = ((size_t)o * phases + phase) * N + n;
+        if (mine) sp.part[(size_t)blockIdx.z * plane + at] = v;
+        __threadfence();
+        __syncthreads();
+        uint32_t *counter = sp.counters + blockIdx.y * gridDim.x + blockIdx.x;
+        if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)sp.splits - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (threadIdx.x == 0) *counter = 0;
+        if (!mine) return;
+        v = __ldcg(sp.part + at);
+        for (int z = 1; z < sp.splits; z++) v += __ldcg(sp.part + (size_t)z * plane + at);
+    }
+    if (mine) g.finish(o, phase, n, v);
+}
+
+// Launches g's kernel over `cols` columns, c_out channels and `phases` phases.
+template <class G>
+static int direct_launch(const G &g, int cols, int c_out, int phases, struct gpu_exec *ex, const char *what) {
+    const struct gpu_split &sp = g.split();
+    const size_t smem = sizeof(float) * DIRECT_TO * (size_t)(sp.chunk < DIRECT_KC ? sp.chunk : DIRECT_KC);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(direct_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return launch_status(ex, what);
+    }
+    dim3 grid((cols + 31) / 32, (c_out + DIRECT_TO - 1) / DIRECT_TO * phases, sp.splits);
+    direct_kernel<G><<<grid, 32 * DIRECT_WARPS, smem, STREAM(ex)>>>(g);
+    return launch_status(ex, what);
+}
+
+#endif
