@@ -94,7 +94,7 @@ struct conv_geom {
     __device__ int reduction() const { return a.in.c_in * a.in.K; }
     __device__ int phases() const { return 1; }
     __device__ int c_out() const { return a.c_out; }
-    __device__ const struct gpu_split &split() const { return a.split; }
+    __host__ __device__ const struct gpu_split &split() const { return a.split; }
     __device__ const float *weight(int o, int, int p) const { return a.w + (size_t)o * a.ld + p; }
     __device__ bool weights_vec(int p0, int n) const {
         return a.ld % 4 == 0 && p0 % 4 == 0 && n % 4 == 0 && (uintptr_t)a.w % 16 == 0;

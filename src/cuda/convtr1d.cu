@@ -93,7 +93,7 @@ struct convtr_geom {
     __device__ int reduction() const { return 2 * a.c_in; }
     __device__ int phases() const { return a.tr.S; }
     __device__ int c_out() const { return a.tr.c_out; }
-    __device__ const struct gpu_split &split() const { return a.split; }
+    __host__ __device__ const struct gpu_split &split() const { return a.split; }
     __device__ const float *weight(int o, int f, int p) const {
         const int u = p / a.c_in;
         return a.tr.w + ((size_t)o * a.tr.K + f + u * a.tr.S) * a.c_in + (p - u * a.c_in);

@@ -3,7 +3,10 @@
  * layer in one launch for products too small to fill the chip through cuBLAS.
  *
  * A geometry G (conv1d.cu, convtr1d.cu) says what the kernel reduces:
- *   cols(), reduction(), phases(), c_out(), split()   the sizes and the struct gpu_split
+ *   cols(), reduction(), phases(), c_out(), split()   the sizes and the struct gpu_split; split()
+ *                                                     is __host__ __device__ (direct_launch reads
+ *                                                     it: a device-only function called from host
+ *                                                     code compiles to a body that exits)
  *   weight(o, phase, p), weights_vec(p0, n)           output o's weight at reduction index p;
  *                                                     whether 4 consecutive ones are one float4
  *   start(n, phase, p) -> cursor, next(cursor&)       column n's input at index p, p + 1, ...
