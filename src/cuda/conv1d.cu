@@ -87,9 +87,6 @@ extern "C" int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex) 
 // index i*K + k, one phase.
 struct conv_geom {
     struct op_conv a;
-    struct cursor {
-        int r, j0, i, k;
-    };
     __device__ int cols() const { return a.in.R * (a.in.T / a.in.S); }
     __device__ int reduction() const { return a.in.c_in * a.in.K; }
     __device__ int phases() const { return 1; }
@@ -99,14 +96,9 @@ struct conv_geom {
     __device__ bool weights_vec(int p0, int n) const {
         return a.ld % 4 == 0 && p0 % 4 == 0 && n % 4 == 0 && (uintptr_t)a.w % 16 == 0;
     }
-    __device__ cursor start(int n, int, int p) const {
+    __device__ float value(int n, int, int p) const {
         const int To = a.in.T / a.in.S, r = n / To, i = p / a.in.K;
-        return cursor{r, (n - r * To) * a.in.S, i, p - i * a.in.K};
-    }
-    __device__ float next(cursor &c) const {
-        const float v = xin(a.in, c.i, c.r, c.j0 + c.k);
-        if (++c.k == a.in.K) c.k = 0, c.i++;
-        return v;
+        return xin(a.in, i, r, (n - r * To) * a.in.S + p - i * a.in.K);
     }
     __device__ void finish(int o, int, int n, float v) const {
         if (a.bias) v += a.w[(size_t)o * a.ld + reduction()];

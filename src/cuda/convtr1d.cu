@@ -86,9 +86,6 @@ extern "C" int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec 
 // k = f + u*S on input step t - u.
 struct convtr_geom {
     struct op_convtr_direct a;
-    struct cursor {
-        int r, t, u, i;
-    };
     __device__ int cols() const { return a.tr.R * (a.tr.T + 1); }
     __device__ int reduction() const { return 2 * a.c_in; }
     __device__ int phases() const { return a.tr.S; }
@@ -101,15 +98,9 @@ struct convtr_geom {
     __device__ bool weights_vec(int p0, int n) const {
         return a.c_in % 4 == 0 && p0 % 4 == 0 && n % 4 == 0 && (uintptr_t)a.tr.w % 16 == 0;
     }
-    __device__ cursor start(int n, int, int p) const {
-        const int r = n / (a.tr.T + 1), u = p / a.c_in;
-        return cursor{r, n - r * (a.tr.T + 1), u, p - u * a.c_in};
-    }
-    __device__ float next(cursor &c) const {
-        const int t = c.t - c.u;
-        const float v = t >= 0 && t < a.tr.T ? a.tr.x[((size_t)c.i * a.tr.R + c.r) * a.tr.T + t] : 0.0f;
-        if (++c.i == a.c_in) c.i = 0, c.u++;
-        return v;
+    __device__ float value(int n, int, int p) const {
+        const int r = n / (a.tr.T + 1), u = p / a.c_in, i = p - u * a.c_in, t = n - r * (a.tr.T + 1) - u;
+        return t >= 0 && t < a.tr.T ? a.tr.x[((size_t)i * a.tr.R + r) * a.tr.T + t] : 0.0f;
     }
     __device__ void finish(int o, int f, int n, float v) const {
         const struct op_convtr &tr = a.tr;

@@ -9,14 +9,16 @@
  *                                                     code compiles to a body that exits)
  *   weight(o, phase, p), weights_vec(p0, n)           output o's weight at reduction index p;
  *                                                     whether 4 consecutive ones are one float4
- *   start(n, phase, p) -> cursor, next(cursor&)       column n's input at index p, p + 1, ...
+ *   value(n, phase, p)                                column n's input at reduction index p
  *   finish(o, phase, n, v)                            the epilogue: bias, activation, stores
  * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
- * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. Its
- * weight slice is staged in shared memory as (index, channel), so that a lane reads its
- * DIRECT_TO weights as two float4s broadcast to the whole warp; the warps split the part into
- * contiguous shares and their sums are added in warp order, then (splits > 1) the parts' sums in
- * part order by the tile's last block (struct gpu_split).
+ * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. The part
+ * is walked DIRECT_KC indices at a time: the weight slice is staged in shared memory as
+ * (index, channel), so that a lane reads its DIRECT_TO weights as two float4s broadcast to the
+ * whole warp, and the inputs as (index, column); both with batched loads, so that a slice costs
+ * a few memory round trips and the products then read shared memory only. The warps split the
+ * slice into contiguous shares and their sums are added in warp order, then (splits > 1) the
+ * parts' sums in part order by the tile's last block (struct gpu_split).
  */
 #ifndef MIMI_CUDA_DIRECT_CUH
 #define MIMI_CUDA_DIRECT_CUH
@@ -27,7 +29,7 @@
 
 #define DIRECT_WARPS 8
 #define DIRECT_TO 8         // output channels per block, one warp each in the epilogue
-#define DIRECT_KC 2048      // reduction indices staged at a time: (DIRECT_KC, DIRECT_TO), 64 KB
+#define DIRECT_KC 256       // reduction indices staged at a time: 8 KB of weights, 32 KB of inputs
 #define DIRECT_STAGE_LOADS 8
 
 // ws (kc, DIRECT_TO) = the weights of channels o0 .. o0 + DIRECT_TO - 1 at reduction indices
@@ -62,13 +64,33 @@ static __device__ __forceinline__ void direct_stage(const G &g, float *ws, int o
     }
 }
 
+// xs (kc, 32) = the inputs of columns n0 .. n0 + 31 at reduction indices p0 .. p0 + kc - 1
+// (zeros past the last column), DIRECT_STAGE_LOADS loads per thread in flight.
+template <class G>
+static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs, int n0, int phase, int p0, int kc) {
+    const int total = 32 * kc, N = g.cols();
+    for (int base = threadIdx.x; base < total; base += DIRECT_STAGE_LOADS * blockDim.x) {
+        float v[DIRECT_STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
+            const int e = base + u * blockDim.x, n = n0 + e % 32;
+            v[u] = e < total && n < N ? g.value(n, phase, p0 + e / 32) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
+            const int e = base + u * blockDim.x;
+            if (e < total) xs[e] = v[u];
+        }
+    }
+}
+
 template <class G>
 static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const G g) {
     static_assert(DIRECT_TO == DIRECT_WARPS, "one warp per output channel in the epilogue");
     extern __shared__ float4 direct_smem[];
     __shared__ float part[DIRECT_WARPS][DIRECT_TO][32];
     __shared__ bool last;
-    float *ws = (float *)direct_smem;  // (kc, DIRECT_TO)
+    float *ws = (float *)direct_smem, *xs = ws + DIRECT_KC * DIRECT_TO;  // (kc, DIRECT_TO), (kc, 32)
     const struct gpu_split &sp = g.split();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int N = g.cols(), KK = g.reduction(), phases = g.phases();
@@ -82,13 +104,13 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const 
         const int kc = min(DIRECT_KC, p_end - p0);
         __syncthreads();  // the previous slice is consumed
         direct_stage(g, ws, o0, phase, p0, kc);
+        direct_stage_inputs(g, xs, blockIdx.x * 32, phase, p0, kc);
         __syncthreads();
         const int share = (kc + DIRECT_WARPS - 1) / DIRECT_WARPS, q0 = warp * share, q1 = min(kc, q0 + share);
-        if (n < N && q0 < q1) {
-            typename G::cursor c = g.start(n, phase, p0 + q0);
-#pragma unroll 8
+        if (n < N) {
+#pragma unroll 4
             for (int q = q0; q < q1; q++) {
-                const float xv = g.next(c);
+                const float xv = xs[q * 32 + lane];
                 const float4 w0 = *(const float4 *)(ws + q * DIRECT_TO), w1 = *(const float4 *)(ws + q * DIRECT_TO + 4);
                 acc[0] += w0.x * xv, acc[1] += w0.y * xv, acc[2] += w0.z * xv, acc[3] += w0.w * xv;
                 acc[4] += w1.x * xv, acc[5] += w1.y * xv, acc[6] += w1.z * xv, acc[7] += w1.w * xv;
@@ -124,11 +146,7 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const 
 template <class G>
 static int direct_launch(const G &g, int cols, int c_out, int phases, struct gpu_exec *ex, const char *what) {
     const struct gpu_split &sp = g.split();
-    const size_t smem = sizeof(float) * DIRECT_TO * (size_t)(sp.chunk < DIRECT_KC ? sp.chunk : DIRECT_KC);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(direct_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return launch_status(ex, what);
-    }
+    const size_t smem = sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC;
     dim3 grid((cols + 31) / 32, (c_out + DIRECT_TO - 1) / DIRECT_TO * phases, sp.splits);
     direct_kernel<G><<<grid, 32 * DIRECT_WARPS, smem, STREAM(ex)>>>(g);
     return launch_status(ex, what);

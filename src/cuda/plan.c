@@ -341,9 +341,10 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 // above it im2col + cuBLAS is faster.
 #define DIRECT_CONV_MAX_MACS (1 << 26)
 // Blocks a direct conv aims for (about four per SM of an H200), and the reduction indices one
-// block stages at most (32 KB of weights); the reduction is split over blocks to get there.
+// block takes at most (one staged slice of the kernel, direct.cuh); the reduction is split over
+// blocks to get there.
 #define DIRECT_CONV_BLOCKS 528
-#define DIRECT_CONV_CHUNK 1024
+#define DIRECT_CONV_CHUNK 256
 
 static int direct_conv(double macs) { return macs <= DIRECT_CONV_MAX_MACS; }
 
