@@ -88,7 +88,6 @@ template <class G>
 static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const G g) {
     static_assert(DIRECT_TO == DIRECT_WARPS, "one warp per output channel in the epilogue");
     extern __shared__ float4 direct_smem[];
-    __shared__ float part[DIRECT_WARPS][DIRECT_TO][32];
     __shared__ bool last;
     float *ws = (float *)direct_smem, *xs = ws + DIRECT_KC * DIRECT_TO;  // (kc, DIRECT_TO), (kc, 32)
     const struct gpu_split &sp = g.split();
@@ -117,6 +116,9 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const 
             }
         }
     }
+    // the warps' sums, through the staging area once every warp is done with it
+    float(*part)[DIRECT_TO][32] = (float(*)[DIRECT_TO][32])direct_smem;
+    __syncthreads();
 #pragma unroll
     for (int o = 0; o < DIRECT_TO; o++) part[warp][o][lane] = acc[o];
     __syncthreads();
@@ -146,7 +148,10 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const 
 template <class G>
 static int direct_launch(const G &g, int cols, int c_out, int phases, struct gpu_exec *ex, const char *what) {
     const struct gpu_split &sp = g.split();
+    // (with the 4 bytes of `last`, within the 48 KB a block gets without opting in)
     const size_t smem = sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC;
+    static_assert(sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC + 16 <= 48 * 1024, "direct kernel shared memory");
+    static_assert(DIRECT_WARPS * DIRECT_TO * 32 <= (DIRECT_TO + 32) * DIRECT_KC, "warp sums fit the staging area");
     dim3 grid((cols + 31) / 32, (c_out + DIRECT_TO - 1) / DIRECT_TO * phases, sp.splits);
     direct_kernel<G><<<grid, 32 * DIRECT_WARPS, smem, STREAM(ex)>>>(g);
     return launch_status(ex, what);
