@@ -9,7 +9,8 @@
  *                                                     code compiles to a body that exits)
  *   weight(o, phase, p), weights_vec(p0, n)           output o's weight at reduction index p;
  *                                                     whether 4 consecutive ones are one float4
- *   value(n, phase, p)                                column n's input at reduction index p
+ *   start(n, phase, p) -> cursor                      column n's input at reduction index p:
+ *   take(cursor), advance(cursor)                     its value, then the index DIRECT_WARPS on
  *   finish(o, phase, n, v)                            the epilogue: bias, activation, stores
  * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
  * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. The part
@@ -65,22 +66,27 @@ static __device__ __forceinline__ void direct_stage(const G &g, float *ws, int o
 }
 
 // xs (kc, 32) = the inputs of columns n0 .. n0 + 31 at reduction indices p0 .. p0 + kc - 1
-// (zeros past the last column), DIRECT_STAGE_LOADS loads per thread in flight.
+// (zeros past the last column). A thread keeps one column (its lane) and walks the indices
+// DIRECT_WARPS apart with the geometry's cursor, DIRECT_STAGE_LOADS loads in flight.
 template <class G>
 static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs, int n0, int phase, int p0, int kc) {
-    const int total = 32 * kc, N = g.cols();
-    for (int base = threadIdx.x; base < total; base += DIRECT_STAGE_LOADS * blockDim.x) {
+    const int lane = threadIdx.x % 32, n = n0 + lane;
+    int q = threadIdx.x / 32;
+    if (n >= g.cols()) {
+        for (; q < kc; q += DIRECT_WARPS) xs[q * 32 + lane] = 0.0f;
+        return;
+    }
+    typename G::cursor c = g.start(n, phase, p0 + q);
+    for (; q < kc; q += DIRECT_WARPS * DIRECT_STAGE_LOADS) {
         float v[DIRECT_STAGE_LOADS];
 #pragma unroll
         for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
-            const int e = base + u * blockDim.x, n = n0 + e % 32;
-            v[u] = e < total && n < N ? g.value(n, phase, p0 + e / 32) : 0.0f;
+            v[u] = q + u * DIRECT_WARPS < kc ? g.take(c) : 0.0f;
+            g.advance(c);
         }
 #pragma unroll
-        for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
-            const int e = base + u * blockDim.x;
-            if (e < total) xs[e] = v[u];
-        }
+        for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
+            if (q + u * DIRECT_WARPS < kc) xs[(q + u * DIRECT_WARPS) * 32 + lane] = v[u];
     }
 }
 
