@@ -29,8 +29,8 @@
 #include "common.cuh"
 
 #define DIRECT_WARPS 8
-#define DIRECT_TO 8         // output channels per block, one warp each in the epilogue
-#define DIRECT_KC 256       // reduction indices staged at a time: 8 KB of weights, 32 KB of inputs
+#define DIRECT_TO GPU_DIRECT_CHANNELS  // output channels per block
+#define DIRECT_KC 128       // reduction indices staged at a time: 16 KB of weights, 16 KB of inputs
 #define DIRECT_STAGE_LOADS 8
 
 // ws (kc, DIRECT_TO) = the weights of channels o0 .. o0 + DIRECT_TO - 1 at reduction indices
@@ -91,8 +91,8 @@ static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs
 }
 
 template <class G>
-static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const G g) {
-    static_assert(DIRECT_TO == DIRECT_WARPS, "one warp per output channel in the epilogue");
+static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(const G g) {
+    static_assert(DIRECT_TO % DIRECT_WARPS == 0 && DIRECT_TO % 4 == 0, "channels split evenly over the warps");
     extern __shared__ float4 direct_smem[];
     __shared__ bool last;
     float *ws = (float *)direct_smem, *xs = ws + DIRECT_KC * DIRECT_TO;  // (kc, DIRECT_TO), (kc, 32)
@@ -116,38 +116,54 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS) direct_kernel(const 
 #pragma unroll 4
             for (int q = q0; q < q1; q++) {
                 const float xv = xs[q * 32 + lane];
-                const float4 w0 = *(const float4 *)(ws + q * DIRECT_TO), w1 = *(const float4 *)(ws + q * DIRECT_TO + 4);
-                acc[0] += w0.x * xv, acc[1] += w0.y * xv, acc[2] += w0.z * xv, acc[3] += w0.w * xv;
-                acc[4] += w1.x * xv, acc[5] += w1.y * xv, acc[6] += w1.z * xv, acc[7] += w1.w * xv;
+                const float4 *w4 = (const float4 *)(ws + q * DIRECT_TO);
+#pragma unroll
+                for (int o4 = 0; o4 < DIRECT_TO / 4; o4++) {
+                    const float4 w = w4[o4];
+                    acc[4 * o4] += w.x * xv, acc[4 * o4 + 1] += w.y * xv;
+                    acc[4 * o4 + 2] += w.z * xv, acc[4 * o4 + 3] += w.w * xv;
+                }
             }
         }
     }
     // the warps' sums, through the staging area once every warp is done with it
     float(*part)[DIRECT_TO][32] = (float(*)[DIRECT_TO][32])direct_smem;
+    const size_t plane = (size_t)g.c_out() * phases * N;
     __syncthreads();
 #pragma unroll
     for (int o = 0; o < DIRECT_TO; o++) part[warp][o][lane] = acc[o];
     __syncthreads();
-    const int o = o0 + warp;
-    float v = 0.0f;
-    for (int w = 0; w < DIRECT_WARPS; w++) v += part[w][warp][lane];
-    const bool mine = n < N && o < g.c_out();
-    if (sp.splits > 1) {
-        const size_t plane = (size_t)g.c_out() * phases * N, at = ((size_t)o * phases + phase) * N + n;
-        if (mine) sp.part[(size_t)blockIdx.z * plane + at] = v;
-        __threadfence();
-        __syncthreads();
-        uint32_t *counter = sp.counters + blockIdx.y * gridDim.x + blockIdx.x;
-        if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)sp.splits - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        if (threadIdx.x == 0) *counter = 0;
-        if (!mine) return;
-        v = __ldcg(sp.part + at);
-        for (int z = 1; z < sp.splits; z++) v += __ldcg(sp.part + (size_t)z * plane + at);
+    // warp w finishes channels o0 + w, o0 + w + DIRECT_WARPS, ...
+    for (int oi = warp; oi < DIRECT_TO; oi += DIRECT_WARPS) {
+        const int o = o0 + oi;
+        float v = 0.0f;
+        for (int w = 0; w < DIRECT_WARPS; w++) v += part[w][oi][lane];
+        const bool mine = n < N && o < g.c_out();
+        if (sp.splits > 1) {
+            const size_t at = ((size_t)o * phases + phase) * N + n;
+            if (mine) sp.part[(size_t)blockIdx.z * plane + at] = v;
+            continue;
+        }
+        if (mine) g.finish(o, phase, n, v);
     }
-    if (mine) g.finish(o, phase, n, v);
+    if (sp.splits == 1) return;
+    // the tile's last part to finish adds the parts in order
+    __threadfence();
+    __syncthreads();
+    uint32_t *counter = sp.counters + blockIdx.y * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)sp.splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) *counter = 0;
+    for (int oi = warp; oi < DIRECT_TO; oi += DIRECT_WARPS) {
+        const int o = o0 + oi;
+        if (n >= N || o >= g.c_out()) continue;
+        const size_t at = ((size_t)o * phases + phase) * N + n;
+        float v = __ldcg(sp.part + at);
+        for (int z = 1; z < sp.splits; z++) v += __ldcg(sp.part + (size_t)z * plane + at);
+        g.finish(o, phase, n, v);
+    }
 }
 
 // Launches g's kernel over `cols` columns, c_out channels and `phases` phases.

@@ -35,11 +35,13 @@ struct gpu_exec {
 
 // ---- direct convolutions (conv1d.cu, convtr1d.cu) ----
 
-// The direct kernels compute 8 output channels x 32 columns per block; the reduction is split
+// The direct kernels compute GPU_DIRECT_CHANNELS output channels x 32 columns per block (a
+// "tile"); the reduction is split
 // into `splits` contiguous parts of `chunk` indices, a block each. With splits > 1 every part
 // leaves its sums in `part` (splits * outputs floats) and the last block of a tile to finish adds
 // them in part order, so the result does not depend on timing; `counters` (one per tile) are
 // zero before and after.
+#define GPU_DIRECT_CHANNELS 32
 #define GPU_CONV_PART_FLOATS (1 << 20)
 #define GPU_CONV_COUNTERS 2048
 struct gpu_split {

@@ -346,13 +346,14 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 #define DIRECT_CONV_BLOCKS 528
 #define DIRECT_CONV_CHUNK 256
 
-static int direct_conv(double macs) { return macs <= DIRECT_CONV_MAX_MACS; }
+// (at most GPU_SKINNY_MAX columns: im2col and the skinny kernel, which streams the weights)
+static int direct_conv(int cols, double macs) { return cols > GPU_SKINNY_MAX && macs <= DIRECT_CONV_MAX_MACS; }
 
 // Splits a direct kernel's reduction of KK indices over `cols` columns, c_out channels and
 // `phases` phases so that the chip has enough blocks and each stages a bounded slice, within the
 // scratch for the parts' sums and the tile counters.
 static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_out, int phases) {
-    const long tiles = (long)((cols + 31) / 32) * ((c_out + 7) / 8) * phases;
+    const long tiles = (long)((cols + 31) / 32) * ((c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * phases;
     const long outputs = (long)cols * c_out * phases;
     long s = (DIRECT_CONV_BLOCKS + tiles - 1) / tiles;
     if (s < (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK) s = (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK;
@@ -383,7 +384,7 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
-    if (direct_conv((double)N * c->c_out * ck)) {
+    if (direct_conv(N, (double)N * c->c_out * ck)) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
                               direct_split(B, ck - with_bias, N, c->c_out, 1)};
@@ -404,7 +405,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
-    if (dense && K == 2 * S && direct_conv((double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
+    if (dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
         // one kernel, its next tail staged in the (unused) taps buffer, then stored
         a.taps = NULL;
         a.w = W;
@@ -426,7 +427,7 @@ static void plan_resblock(struct builder *B, const struct seanet_layer *l, const
                           float *x, int T, float *hist) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
-    if (direct_conv((double)N * hid * (c * l->conv.kernel + 1))) {
+    if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
         plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);
