@@ -346,8 +346,10 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 #define DIRECT_CONV_BLOCKS 528
 #define DIRECT_CONV_CHUNK 256
 
-// (at most GPU_SKINNY_MAX columns: im2col and the skinny kernel, which streams the weights)
-static int direct_conv(int cols, double macs) { return cols > GPU_SKINNY_MAX && macs <= DIRECT_CONV_MAX_MACS; }
+// Below DIRECT_CONV_MIN_COLS columns most lanes of a direct block would idle: im2col and the
+// skinny kernel, which streams the weights, are faster there (measured at 2 and 16 columns).
+#define DIRECT_CONV_MIN_COLS 5
+static int direct_conv(int cols, double macs) { return cols >= DIRECT_CONV_MIN_COLS && macs <= DIRECT_CONV_MAX_MACS; }
 
 // Splits a direct kernel's reduction of KK indices over `cols` columns, c_out channels and
 // `phases` phases so that the chip has enough blocks and each stages a bounded slice, within the
