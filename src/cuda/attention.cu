@@ -16,6 +16,7 @@
 // ---- positions ----
 
 static __global__ void positions_kernel(const struct op_attention a) {
+    pdl_begin();
     FOR_EACH(idx, (size_t)a.R * a.steps) {
         int r = (int)(idx / a.steps), s = (int)(idx - (size_t)r * a.steps);
         int slot = a.row_slot[r];
@@ -26,7 +27,7 @@ static __global__ void positions_kernel(const struct op_attention a) {
 }
 
 extern "C" int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec *ex) {
-    positions_kernel<<<grid_for((size_t)a->R * a->steps, 128), 128, 0, STREAM(ex)>>>(*a);
+    pdl_launch(positions_kernel, grid_for((size_t)a->R * a->steps, 128), 128, 0, ex, *a);
     return launch_status(ex, "positions");
 }
 
@@ -58,6 +59,7 @@ static __device__ __forceinline__ void rope_pair(const struct op_attention &a, i
 
 // One thread per (query row, pair).
 static __global__ void rope_kv_kernel(const struct op_attention a) {
+    pdl_begin();
     const int half = a.d / 2;
     FOR_EACH(idx, (size_t)a.R * a.steps * half) {
         size_t row = idx / half;
@@ -67,7 +69,7 @@ static __global__ void rope_kv_kernel(const struct op_attention a) {
 }
 
 static int launch_rope_kv(const struct op_attention *a, struct gpu_exec *ex) {
-    rope_kv_kernel<<<grid_for((size_t)a->R * a->steps * (a->d / 2), 256), 256, 0, STREAM(ex)>>>(*a);
+    pdl_launch(rope_kv_kernel, grid_for((size_t)a->R * a->steps * (a->d / 2), 256), 256, 0, ex, *a);
     return launch_status(ex, "rope_kv");
 }
 
@@ -91,6 +93,7 @@ static size_t att_smem(const struct op_attention *a) {
 // a thread per key for the scores, a warp per step for the softmax, then (step, 4 dims, part)
 // threads for the weighted sum of values, reduced over parts in a fixed order.
 static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const struct op_attention a, int parts) {
+    pdl_begin();
     extern __shared__ float4 smem4[];
     const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, hd = a.head_dim, d = a.d, ring = a.ring;
     const int hd4 = hd / 4, per = steps * hd4;
@@ -220,6 +223,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 // from the two-pass kernel above only in rounding.
 template <int MAXS>
 static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kernel(const struct op_attention a) {
+    pdl_begin();
     __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
     __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
     const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, d = a.d, ring = a.ring;
@@ -350,8 +354,8 @@ static int onepass_fits(const struct op_attention *a) {
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid(a->R, a->n_heads);
     if (onepass_fits(a)) {  // with the rotation in the same kernel
-        if (a->steps <= 2) attention_onepass_kernel<2><<<grid, 32 * ATTF_WARPS, 0, STREAM(ex)>>>(*a);
-        else attention_onepass_kernel<4><<<grid, 32 * ATTF_WARPS, 0, STREAM(ex)>>>(*a);
+        if (a->steps <= 2) pdl_launch(attention_onepass_kernel<2>, grid, 32 * ATTF_WARPS, 0, ex, *a);
+        else pdl_launch(attention_onepass_kernel<4>, grid, 32 * ATTF_WARPS, 0, ex, *a);
         return launch_status(ex, "attention");
     }
     if (a->rope) {
@@ -363,7 +367,7 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
         cudaError_t e = cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return launch_status(ex, "attention (shared memory)");
     }
-    attention_kernel<<<grid, ATT_THREADS, smem, STREAM(ex)>>>(*a, (int)att_parts(a));
+    pdl_launch(attention_kernel, grid, ATT_THREADS, smem, ex, *a, (int)att_parts(a));
     return launch_status(ex, "attention");
 }
 

@@ -14,6 +14,39 @@
 
 #define STREAM(ex) ((cudaStream_t)(ex)->stream)
 
+// ---- programmatic dependent launch ----
+// With ex->pdl every kernel is launched as a programmatic dependent of the kernel before it on
+// the stream (and captured so into the graphs): the GPU may schedule it while its predecessor
+// runs, which removes most of the gap between two dependent kernels of a small step. Every
+// kernel begins with pdl_begin(): it waits until the predecessor has completed and its memory
+// is visible (griddepcontrol.wait, a no-op without a programmatic predecessor), and only then
+// lets its own successor be scheduled, so at most two grids overlap and the order of the plan's
+// ops is kept transitively.
+static __device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, ex's stream>>>(args...), programmatic when ex->pdl; a launch
+// error is left for launch_status().
+template <typename... Params, typename... Args>
+static inline void pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, struct gpu_exec *ex,
+                              Args... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = STREAM(ex);
+    cfg.attrs = attr;
+    cfg.numAttrs = ex->pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 // Checks the launch just made; on failure records the CUDA error and returns MIMI_EDEVICE.
 static inline int launch_status(struct gpu_exec *ex, const char *what) {
     cudaError_t e = cudaGetLastError();

@@ -25,6 +25,7 @@ static __device__ __forceinline__ float xin(const struct op_im2col &a, int i, in
 // more for the row of ones), x the output columns; each thread writes its column's K taps, so the
 // index arithmetic is done once per K values and consecutive threads write consecutive columns.
 static __global__ void im2col_kernel(const struct op_im2col a) {
+    pdl_begin();
     const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
         float *col = a.col + (size_t)i * a.K * N;
@@ -42,6 +43,7 @@ static __global__ void im2col_kernel(const struct op_im2col a) {
 // The same with four consecutive columns per thread (one row r: T_out is a multiple of 4), each
 // tap written as one 16-byte store: a quarter of the store instructions of the kernel above.
 static __global__ void im2col4_kernel(const struct op_im2col a) {
+    pdl_begin();
     const unsigned To = a.T / a.S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
         float4 *col = (float4 *)(a.col + (size_t)i * a.K * N);
@@ -68,12 +70,12 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
         dim3 grid(grid_for(N / 4, 256), rows < 65535 ? rows : 65535);
         if (grid.x > 65535) grid.x = 65535;
-        im2col4_kernel<<<grid, 256, 0, STREAM(ex)>>>(*a);
+        pdl_launch(im2col4_kernel, grid, 256, 0, ex, *a);
         return launch_status(ex, "im2col");
     }
     dim3 grid(grid_for(N, 256), rows < 65535 ? rows : 65535);
     if (grid.x > 65535) grid.x = 65535;
-    im2col_kernel<<<grid, 256, 0, STREAM(ex)>>>(*a);
+    pdl_launch(im2col_kernel, grid, 256, 0, ex, *a);
     return launch_status(ex, "im2col");
 }
 
@@ -141,6 +143,7 @@ extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
 // T + j of [hist | f(x)], which is never one it already overwrote (the overlap lesson of the
 // design notes: one thread per element would race when H > T).
 static __global__ void carry_kernel(const struct op_im2col a) {
+    pdl_begin();
     FOR_EACH(idx, (size_t)a.c_in * a.R) {
         int i = (int)(idx / a.R), r = (int)(idx - (size_t)i * a.R);
         int slot = a.row_slot[r];
@@ -151,7 +154,7 @@ static __global__ void carry_kernel(const struct op_im2col a) {
 }
 
 static int launch_carry(const struct op_im2col *a, struct gpu_exec *ex) {
-    carry_kernel<<<grid_for((size_t)a->c_in * a->R, 128), 128, 0, STREAM(ex)>>>(*a);
+    pdl_launch(carry_kernel, grid_for((size_t)a->c_in * a->R, 128), 128, 0, ex, *a);
     return launch_status(ex, "carry");
 }
 

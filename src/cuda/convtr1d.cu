@@ -27,6 +27,7 @@ static __device__ __forceinline__ float convtr_col(const struct op_convtr &a, in
 // y[o, r, j] = ((bias + taps) + tail[j]) for j < S*T; blockIdx.y walks the channels o, x the
 // (row, column) pairs with 32-bit index arithmetic.
 static __global__ void convtr_out_kernel(const struct op_convtr a) {
+    pdl_begin();
     const int P = a.K - a.S;
     const unsigned L = a.S * a.T, N = (unsigned)a.R * L;
     for (int o = blockIdx.y; o < a.c_out; o += gridDim.y) {
@@ -46,7 +47,7 @@ static int launch_out(const struct op_convtr *a, struct gpu_exec *ex) {
     const size_t N = (size_t)a->R * a->S * a->T;
     dim3 grid(grid_for(N, 256), a->c_out < 65535 ? a->c_out : 65535);
     if (grid.x > 65535) grid.x = 65535;
-    convtr_out_kernel<<<grid, 256, 0, STREAM(ex)>>>(*a);
+    pdl_launch(convtr_out_kernel, grid, 256, 0, ex, *a);
     return launch_status(ex, "convtr_out");
 }
 
@@ -57,6 +58,7 @@ extern "C" int mimi_cuda_convtr_out(const struct op_convtr *a, struct gpu_exec *
 // tail[j] = full[S*T + j] - bias, with full as the reference forms it (bias + taps + old tail).
 // One thread per (channel, row), ascending: column j reads old column S*T + j > j.
 static __global__ void convtr_tail_kernel(const struct op_convtr a) {
+    pdl_begin();
     const int P = a.K - a.S, L = a.S * a.T;
     FOR_EACH(idx, (size_t)a.c_out * a.R) {
         int o = (int)(idx / a.R), r = (int)(idx - (size_t)o * a.R);
@@ -73,7 +75,7 @@ static __global__ void convtr_tail_kernel(const struct op_convtr a) {
 }
 
 static int launch_tail(const struct op_convtr *a, struct gpu_exec *ex) {
-    convtr_tail_kernel<<<grid_for((size_t)a->c_out * a->R, 128), 128, 0, STREAM(ex)>>>(*a);
+    pdl_launch(convtr_tail_kernel, grid_for((size_t)a->c_out * a->R, 128), 128, 0, ex, *a);
     return launch_status(ex, "convtr_tail");
 }
 
@@ -140,6 +142,7 @@ extern "C" int mimi_cuda_convtr_direct(const struct op_convtr_direct *a, struct 
 
 // tail (c_out, P = S) of every non-padding row's slot = next.
 static __global__ void convtr_copy_kernel(const struct op_convtr_direct a) {
+    pdl_begin();
     const struct op_convtr &tr = a.tr;
     FOR_EACH(idx, (size_t)tr.c_out * tr.R * tr.S) {
         const int f = (int)(idx % tr.S), r = (int)(idx / tr.S % tr.R), o = (int)(idx / ((size_t)tr.S * tr.R));
@@ -149,6 +152,6 @@ static __global__ void convtr_copy_kernel(const struct op_convtr_direct a) {
 }
 
 extern "C" int mimi_cuda_convtr_copy(const struct op_convtr_direct *a, struct gpu_exec *ex) {
-    convtr_copy_kernel<<<grid_for((size_t)a->tr.c_out * a->tr.R * a->tr.S, 256), 256, 0, STREAM(ex)>>>(*a);
+    pdl_launch(convtr_copy_kernel, grid_for((size_t)a->tr.c_out * a->tr.R * a->tr.S, 256), 256, 0, ex, *a);
     return launch_status(ex, "convtr_copy");
 }

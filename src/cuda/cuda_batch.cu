@@ -81,7 +81,9 @@ static int setup_device(struct mimi_batch *b, int fast) {
         mimi_batch_error(b, "cuda: cuBLAS setup failed");
         return MIMI_EDEVICE;
     }
-    gb->ex = (struct gpu_exec){gb->stream, gb->cublas, fast, b->errmsg, sizeof b->errmsg};
+    int major = 0;
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gb->device), "device attribute");
+    gb->ex = (struct gpu_exec){gb->stream, gb->cublas, fast, b->errmsg, sizeof b->errmsg, major >= 9};
     // state: zeros, position rings at the empty sentinel; scratch zeroed once (padding rows)
     const size_t cap = (size_t)L->capacity;
     CK(cudaMalloc((void **)&gb->state, sizeof(float) * L->slot_elems * cap), "state");

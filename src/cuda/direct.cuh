@@ -92,6 +92,7 @@ static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs
 
 template <class G>
 static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(const G g) {
+    pdl_begin();
     static_assert(DIRECT_TO % DIRECT_WARPS == 0 && DIRECT_TO % 4 == 0, "channels split evenly over the warps");
     extern __shared__ float4 direct_smem[];
     __shared__ bool last;
@@ -175,7 +176,7 @@ static int direct_launch(const G &g, int cols, int c_out, int phases, struct gpu
     static_assert(sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC + 16 <= 48 * 1024, "direct kernel shared memory");
     static_assert(DIRECT_WARPS * DIRECT_TO * 32 <= (DIRECT_TO + 32) * DIRECT_KC, "warp sums fit the staging area");
     dim3 grid((cols + 31) / 32, (c_out + DIRECT_TO - 1) / DIRECT_TO * phases, sp.splits);
-    direct_kernel<G><<<grid, 32 * DIRECT_WARPS, smem, STREAM(ex)>>>(g);
+    pdl_launch(direct_kernel<G>, grid, 32 * DIRECT_WARPS, smem, ex, g);
     return launch_status(ex, what);
 }
 

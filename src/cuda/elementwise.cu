@@ -12,6 +12,7 @@
 
 // blockIdx.y walks the channels (one more for the row of ones of EW_ELU_ONES), x the columns.
 static __global__ void pointwise_kernel(const struct op_pointwise a) {
+    pdl_begin();
     const int rows = a.channels + (a.mode == EW_ELU_ONES);
     for (int c = blockIdx.y; c < rows; c += gridDim.y) {
         float *y = a.y + (size_t)c * a.cols, *x = a.x ? a.x + (size_t)c * a.cols : NULL;
@@ -34,7 +35,7 @@ static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
     const int rows = a->channels + (a->mode == EW_ELU_ONES);
     dim3 grid(grid_for(a->cols, 256), rows < 65535 ? rows : 65535);
     if (grid.x > 65535) grid.x = 65535;
-    pointwise_kernel<<<grid, 256, 0, STREAM(ex)>>>(*a);
+    pdl_launch(pointwise_kernel, grid, 256, 0, ex, *a);
     return launch_status(ex, "pointwise");
 }
 
@@ -48,6 +49,7 @@ extern "C" int mimi_cuda_pointwise(const struct op_pointwise *a, struct gpu_exec
 
 // out (cols, rows) = in (rows, cols), through a padded shared tile (coalesced both ways).
 static __global__ void transpose_kernel(const struct op_transpose a) {
+    pdl_begin();
     __shared__ float tile[TILE][TILE + 1];
     const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
     for (int dy = threadIdx.y; dy < TILE; dy += blockDim.y) {
@@ -63,7 +65,7 @@ static __global__ void transpose_kernel(const struct op_transpose a) {
 
 static int launch_transpose(const struct op_transpose *a, struct gpu_exec *ex) {
     dim3 grid((a->cols + TILE - 1) / TILE, (a->rows + TILE - 1) / TILE), block(TILE, 8);
-    transpose_kernel<<<grid, block, 0, STREAM(ex)>>>(*a);
+    pdl_launch(transpose_kernel, grid, block, 0, ex, *a);
     return launch_status(ex, "transpose");
 }
 
@@ -74,6 +76,7 @@ extern "C" int mimi_cuda_transpose(const struct op_transpose *a, struct gpu_exec
 // ---- end of step ----
 
 static __global__ void finish_kernel(const struct op_finish a) {
+    pdl_begin();
     FOR_EACH(r, (size_t)a.R) {
         int slot = a.row_slot[r];
         if (slot < 0) continue;
@@ -83,7 +86,7 @@ static __global__ void finish_kernel(const struct op_finish a) {
 }
 
 static int launch_finish(const struct op_finish *a, struct gpu_exec *ex) {
-    finish_kernel<<<grid_for((size_t)a->R, 128), 128, 0, STREAM(ex)>>>(*a);
+    pdl_launch(finish_kernel, grid_for((size_t)a->R, 128), 128, 0, ex, *a);
     return launch_status(ex, "finish");
 }
 

@@ -50,6 +50,7 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * 
 // takes 4 consecutive p at a time, 4 groups per round (16 weights in flight per lane), and keeps
 // the S partial sums in registers; warps then reduce through shared memory.
 static __global__ void skinny_kernel(const struct skinny a) {
+    pdl_begin();
     __shared__ float part[SKINNY_WARPS][SKINNY_MAX];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int rows = SKINNY_WARPS / a.split, jr = warp / a.split, ks = warp % a.split;
@@ -124,7 +125,7 @@ static int as_skinny(const struct op_gemm *g, struct skinny *s) {
 
 static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
     const int rows = SKINNY_WARPS / s->split;
-    skinny_kernel<<<(s->J + rows - 1) / rows, 32 * SKINNY_WARPS, 0, STREAM(ex)>>>(*s);
+    pdl_launch(skinny_kernel, (s->J + rows - 1) / rows, 32 * SKINNY_WARPS, 0, ex, *s);
     return launch_status(ex, "skinny product");
 }
 

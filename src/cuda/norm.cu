@@ -27,6 +27,7 @@ static __device__ double block_sum(double v, double *red) {
 
 // One block per row: residual (modes RESID, RESID_LN), then the norm (modes LN, RESID_LN).
 static __global__ void norm_kernel(const struct op_norm a) {
+    pdl_begin();
     extern __shared__ float row[];  // (d)
     __shared__ double red[33];
     const int d = a.d;
@@ -54,7 +55,7 @@ static __global__ void norm_kernel(const struct op_norm a) {
 }
 
 static int launch_norm(const struct op_norm *a, struct gpu_exec *ex) {
-    norm_kernel<<<a->rows, NORM_THREADS, sizeof(float) * a->d, STREAM(ex)>>>(*a);
+    pdl_launch(norm_kernel, a->rows, NORM_THREADS, sizeof(float) * a->d, ex, *a);
     return launch_status(ex, "layernorm");
 }
 

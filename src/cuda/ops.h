@@ -31,6 +31,7 @@ struct gpu_exec {
     int fast;       // 1: TF32 tensor cores for matrix products
     char *errmsg;   // receives the failure text
     size_t errlen;
+    int pdl;        // 1: kernels launch as programmatic dependents of the one before (sm_90+)
 };
 
 // ---- direct convolutions (conv1d.cu, convtr1d.cu) ----

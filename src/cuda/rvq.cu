@@ -18,6 +18,7 @@ static __device__ __forceinline__ bool better(float v, int j, float bv, int bj) 
 
 // One block per row: argmin over bins of norms[j] - 2 scores[j], then residual -= book[code].
 static __global__ void argmin_kernel(const struct op_argmin a) {
+    pdl_begin();
     __shared__ float best_v[RVQ_THREADS];
     __shared__ int best_j[RVQ_THREADS];
     const int r = blockIdx.x;
@@ -55,6 +56,7 @@ static __global__ void argmin_kernel(const struct op_argmin a) {
 // Block b scores the bins b, b + G, b + 2G, ... (G blocks; a warp per bin, a lane per 32nd of
 // the entry) against every row's query held in shared memory, and keeps each row's best (v, j).
 static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const struct op_argmin a) {
+    pdl_begin();
     __shared__ float qs[GPU_SKINNY_MAX * RVQ_MAX_DIM];
     __shared__ float wv[RVQ_WARPS][GPU_SKINNY_MAX];
     __shared__ int wj[RVQ_WARPS][GPU_SKINNY_MAX], code[GPU_SKINNY_MAX];
@@ -142,10 +144,10 @@ static int launch_argmin(const struct op_argmin *a, struct gpu_exec *ex) {
             if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "argmin: %d rows of %d for the fused form", a->R, a->dim);
             return MIMI_EINVAL;
         }
-        rvq_level_kernel<<<GPU_RVQ_BLOCKS, RVQ_THREADS, 0, STREAM(ex)>>>(*a);
+        pdl_launch(rvq_level_kernel, GPU_RVQ_BLOCKS, RVQ_THREADS, 0, ex, *a);
         return launch_status(ex, "argmin");
     }
-    argmin_kernel<<<a->R, RVQ_THREADS, 0, STREAM(ex)>>>(*a);
+    pdl_launch(argmin_kernel, a->R, RVQ_THREADS, 0, ex, *a);
     return launch_status(ex, "argmin");
 }
 
@@ -156,6 +158,7 @@ extern "C" int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex) 
 // One block per row. A row with a code outside [0, bins) becomes padding: it reads nothing,
 // advances no state, and raises the step's error flag.
 static __global__ void gather_kernel(const struct op_gather a) {
+    pdl_begin();
     const int r = blockIdx.x;
     const int32_t *c = a.codes + (size_t)r * a.n_cb;
     bool bad = false;
@@ -176,7 +179,7 @@ static __global__ void gather_kernel(const struct op_gather a) {
 }
 
 static int launch_gather(const struct op_gather *a, struct gpu_exec *ex) {
-    gather_kernel<<<a->R, RVQ_THREADS, 0, STREAM(ex)>>>(*a);
+    pdl_launch(gather_kernel, a->R, RVQ_THREADS, 0, ex, *a);
     return launch_status(ex, "gather");
 }
 
@@ -186,6 +189,7 @@ extern "C" int mimi_cuda_gather(const struct op_gather *a, struct gpu_exec *ex) 
 
 static __global__ void copy_codes_kernel(int32_t *dst, const int32_t *src, int64_t offset, int64_t stride,
                                          int n, int R, int n_cb) {
+    pdl_begin();
     FOR_EACH(idx, (size_t)R * n_cb) {
         int r = (int)(idx / n_cb), q = (int)(idx - (size_t)r * n_cb);
         dst[idx] = r < n ? src[offset + (int64_t)r * stride + q] : 0;
@@ -194,6 +198,6 @@ static __global__ void copy_codes_kernel(int32_t *dst, const int32_t *src, int64
 
 extern "C" int mimi_cuda_copy_codes(int32_t *dst, const int32_t *src, int64_t offset, int64_t stride, int n,
                                     int R, int n_cb, struct gpu_exec *ex) {
-    copy_codes_kernel<<<grid_for((size_t)R * n_cb, 128), 128, 0, STREAM(ex)>>>(dst, src, offset, stride, n, R, n_cb);
+    pdl_launch(copy_codes_kernel, grid_for((size_t)R * n_cb, 128), 128, 0, ex, dst, src, offset, stride, n, R, n_cb);
     return launch_status(ex, "copy_codes");
 }
