@@ -73,6 +73,8 @@ static void emu_conv(const struct op_conv *a) {
             }
 }
 
+static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps);
+
 static float gelu(float v) { return 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); }
 
 static void emu_gemm(const struct op_gemm *g) {
@@ -81,9 +83,21 @@ static void emu_gemm(const struct op_gemm *g) {
     for (int i = 0; i < g->m; i++)
         for (int p = 0; p < g->k; p++)
             pa[(size_t)i * g->k + p] = g->transa ? g->a[p + (size_t)i * g->lda] : g->a[i + (size_t)p * g->lda];
-    for (int j = 0; j < g->n; j++)
+    for (int j = 0; j < g->n; j++) {
+        if (g->ln_w) {  // op(B) row j = LN(x + scale * y), x + scale * y stored to ln_out
+            float *row = pb + (size_t)j * g->k;
+            for (int p = 0; p < g->k; p++) {
+                float v = g->ln_x[(size_t)j * g->k + p];
+                if (g->ln_y) v += g->ln_scale[p] * g->ln_y[(size_t)j * g->k + p];
+                row[p] = v;
+            }
+            if (g->ln_out) memcpy(g->ln_out + (size_t)j * g->k, row, sizeof(float) * g->k);
+            layer_norm(row, row, g->ln_w, g->ln_b, g->k, g->ln_eps);
+            continue;
+        }
         for (int p = 0; p < g->k; p++)
             pb[(size_t)j * g->k + p] = g->transb ? g->b[j + (size_t)p * g->ldb] : g->b[p + (size_t)j * g->ldb];
+    }
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
             const float *x = pa + (size_t)i * g->k, *y = pb + (size_t)j * g->k;
@@ -208,20 +222,23 @@ static void emu_convtr_copy(const struct op_convtr_direct *a) {
         }
 }
 
+// out = LayerNorm(x) * w + b over d values (out may be x); double mean and biased variance.
+static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps) {
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < d; i++) mean += x[i];
+    mean /= d;
+    for (int i = 0; i < d; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    var /= d;
+    float inv = (float)(1.0 / sqrt(var + eps));
+    for (int i = 0; i < d; i++) out[i] = ((x[i] - (float)mean) * inv) * w[i] + b[i];
+}
+
 static void emu_norm(const struct op_norm *a) {
     for (int r = 0; r < a->rows; r++) {
         float *x = a->x + (size_t)r * a->d;
         if (a->mode != NORM_LN)
             for (int i = 0; i < a->d; i++) x[i] += a->scale[i] * a->y[(size_t)r * a->d + i];
-        if (a->mode == NORM_RESID) continue;
-        double mean = 0.0, var = 0.0;
-        for (int i = 0; i < a->d; i++) mean += x[i];
-        mean /= a->d;
-        for (int i = 0; i < a->d; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
-        var /= a->d;
-        float inv = (float)(1.0 / sqrt(var + a->eps));
-        for (int i = 0; i < a->d; i++)
-            a->out[(size_t)r * a->d + i] = ((x[i] - (float)mean) * inv) * a->w[i] + a->b[i];
+        if (a->mode != NORM_RESID) layer_norm(x, a->out + (size_t)r * a->d, a->w, a->b, a->d, a->eps);
     }
 }
 

@@ -30,13 +30,53 @@ struct skinny {
     float beta;
     int gelu;            // C = gelu(sum) (beta = 0)
     int wvec, xvec;      // 16-byte loads of w (and of x, when xp = 1) are aligned
+    const float *ln_x, *ln_y, *ln_scale, *ln_w, *ln_b;  // x from a LayerNorm (op_gemm)
+    float *ln_out;
+    float ln_eps;
+};
+
+// Where the small side is read: the operand, or the LayerNorm rows in shared memory.
+struct xsrc {
+    const float *x;
+    long long xs, xp;
+    bool vec;
 };
 
 // Four consecutive x values of column s from p.
-static __device__ __forceinline__ float4 x4(const struct skinny &a, int s, int p) {
-    const float *x = a.x + s * a.xs;
-    if (a.xvec) return *(const float4 *)(x + p);
-    return make_float4(x[p * a.xp], x[(p + 1) * a.xp], x[(p + 2) * a.xp], x[(p + 3) * a.xp]);
+static __device__ __forceinline__ float4 x4(const struct xsrc &x, int s, int p) {
+    const float *xr = x.x + s * x.xs;
+    if (x.vec) return *(const float4 *)(xr + p);
+    return make_float4(xr[p * x.xp], xr[(p + 1) * x.xp], xr[(p + 2) * x.xp], xr[(p + 3) * x.xp]);
+}
+
+// hs (S, K) = LayerNorm(x_new) * ln_w + ln_b per row, x_new = ln_x + ln_scale * ln_y (or ln_x);
+// block 0 stores x_new to ln_out. A warp per row; the mean and biased variance are accumulated
+// in double and every f32 step is rounded separately, as norm.cu does.
+static __device__ void ln_prologue(const struct skinny &a, float *hs) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K = a.K;
+    for (int s = warp; s < a.S; s += SKINNY_WARPS) {
+        const float *x = a.ln_x + (size_t)s * K, *y = a.ln_y ? a.ln_y + (size_t)s * K : NULL;
+        float *h = hs + (size_t)s * K;
+        double sum = 0.0;
+        for (int i = lane; i < K; i += 32) {
+            float v = x[i];
+            if (y) v = __fadd_rn(v, __fmul_rn(a.ln_scale[i], y[i]));
+            h[i] = v;
+            sum += v;
+        }
+        for (int off = 16; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        const double mean = sum / K;
+        double q = 0.0;
+        for (int i = lane; i < K; i += 32) q += ((double)h[i] - mean) * ((double)h[i] - mean);
+        for (int off = 16; off; off >>= 1) q += __shfl_xor_sync(0xffffffffu, q, off);
+        const float inv = (float)(1.0 / sqrt(q / K + (double)a.ln_eps)), mf = (float)mean;
+        for (int i = lane; i < K; i += 32) {
+            const float v = h[i];
+            if (blockIdx.x == 0 && a.ln_out) a.ln_out[(size_t)s * K + i] = v;
+            h[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v, mf), inv), a.ln_w[i]), a.ln_b[i]);
+        }
+    }
+    __syncthreads();
 }
 
 static __device__ __forceinline__ float4 w4(const struct skinny &a, const float *w, int p) {
@@ -52,6 +92,12 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * 
 static __global__ void skinny_kernel(const struct skinny a) {
     pdl_begin();
     __shared__ float part[SKINNY_WARPS][SKINNY_MAX];
+    extern __shared__ float4 skinny_smem[];
+    struct xsrc xv = {a.x, a.xs, a.xp, a.xvec != 0};
+    if (a.ln_w) {
+        ln_prologue(a, (float *)skinny_smem);
+        xv = (struct xsrc){(const float *)skinny_smem, a.K, 1, a.K % 4 == 0};
+    }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int rows = SKINNY_WARPS / a.split, jr = warp / a.split, ks = warp % a.split;
     const int j = blockIdx.x * rows + jr;
@@ -70,14 +116,14 @@ static __global__ void skinny_kernel(const struct skinny a) {
 #pragma unroll
             for (int s = 0; s < SKINNY_MAX; s++)
                 if (s < a.S)
-                    acc[s] += dot4(wv[0], x4(a, s, p)) + dot4(wv[1], x4(a, s, p + 128)) +
-                              dot4(wv[2], x4(a, s, p + 256)) + dot4(wv[3], x4(a, s, p + 384));
+                    acc[s] += dot4(wv[0], x4(xv, s, p)) + dot4(wv[1], x4(xv, s, p + 128)) +
+                              dot4(wv[2], x4(xv, s, p + 256)) + dot4(wv[3], x4(xv, s, p + 384));
         }
         for (; p + 3 < p1; p += 128) {
             float4 wv = w4(a, w, p);
 #pragma unroll
             for (int s = 0; s < SKINNY_MAX; s++)
-                if (s < a.S) acc[s] += dot4(wv, x4(a, s, p));
+                if (s < a.S) acc[s] += dot4(wv, x4(xv, s, p));
         }
         // the last (p1 - p0) % 4 values, one per lane
         int q = p1 - ((p1 - p0) & 3) + lane;
@@ -85,7 +131,7 @@ static __global__ void skinny_kernel(const struct skinny a) {
             float wq = w[q];
 #pragma unroll
             for (int s = 0; s < SKINNY_MAX; s++)
-                if (s < a.S) acc[s] += wq * a.x[s * a.xs + q * a.xp];
+                if (s < a.S) acc[s] += wq * xv.x[s * xv.xs + q * xv.xp];
         }
     }
     // sum over the warp, then over the warps of one row
@@ -107,15 +153,26 @@ static __global__ void skinny_kernel(const struct skinny a) {
 // Maps a column-major product onto the skinny form when one side has few columns and the other
 // operand (the weights) is contiguous along k; 0 when it does not fit.
 static int as_skinny(const struct op_gemm *g, struct skinny *s) {
+    // (w, x, c, wj, xs, xp, cj, cs, J, S) of the three shapes
+    auto set = [&](const float *w, const float *x, long long wj, long long xs, long long xp, long long cj, long long cs,
+                   int J, int S) {
+        *s = skinny{};
+        s->w = w, s->x = x, s->c = g->c, s->wj = wj, s->xs = xs, s->xp = xp, s->cj = cj, s->cs = cs;
+        s->J = J, s->S = S, s->K = g->k, s->split = 1, s->beta = g->beta, s->gelu = g->gelu;
+    };
     if (g->m <= SKINNY_MAX && !g->transa && !g->transb)  // convs: small A (m, k), weights B
-        *s = (struct skinny){g->b, g->a, g->c, g->ldb, 1, g->lda, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, g->gelu, 0, 0};
+        set(g->b, g->a, g->ldb, 1, g->lda, g->ldc, 1, g->n, g->m);
     else if (g->m <= SKINNY_MAX && g->transa && !g->transb)  // decode projections: small A^T
-        *s = (struct skinny){g->b, g->a, g->c, g->ldb, g->lda, 1, g->ldc, 1, g->n, g->m, g->k, 1, g->beta, g->gelu, 0, 0};
+        set(g->b, g->a, g->ldb, g->lda, 1, g->ldc, 1, g->n, g->m);
     else if (g->n <= SKINNY_MAX && g->transa)  // linears: weights A^T, small B
-        *s = (struct skinny){g->a, g->b, g->c, g->lda, g->transb ? 1 : g->ldb, g->transb ? g->ldb : 1, 1, g->ldc,
-                             g->m, g->n, g->k, 1, g->beta, g->gelu, 0, 0};
+        set(g->a, g->b, g->lda, g->transb ? 1 : g->ldb, g->transb ? g->ldb : 1, 1, g->ldc, g->m, g->n);
     else
         return 0;
+    if (g->ln_w) {
+        if (!(g->transa && g->n <= SKINNY_MAX) || g->k * g->n > GPU_LN_MAX_FLOATS) return 0;
+        s->ln_x = g->ln_x, s->ln_y = g->ln_y, s->ln_scale = g->ln_scale, s->ln_w = g->ln_w, s->ln_b = g->ln_b;
+        s->ln_out = g->ln_out, s->ln_eps = g->ln_eps;
+    }
     // split k so that every warp streams at least ~512 weights and the chip has enough in flight
     s->split = s->K >= 8 * 512 ? 8 : s->K >= 4 * 512 ? 4 : s->K >= 2 * 512 ? 2 : 1;
     s->wvec = s->wj % 4 == 0 && (uintptr_t)s->w % 16 == 0;
@@ -125,7 +182,8 @@ static int as_skinny(const struct op_gemm *g, struct skinny *s) {
 
 static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
     const int rows = SKINNY_WARPS / s->split;
-    pdl_launch(skinny_kernel, (s->J + rows - 1) / rows, 32 * SKINNY_WARPS, 0, ex, *s);
+    const size_t smem = s->ln_w ? sizeof(float) * (size_t)s->S * s->K : 0;
+    pdl_launch(skinny_kernel, (s->J + rows - 1) / rows, 32 * SKINNY_WARPS, smem, ex, *s);
     return launch_status(ex, "skinny product");
 }
 
@@ -134,6 +192,10 @@ static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
 static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
     struct skinny s;
     if (as_skinny(g, &s)) return launch_skinny(&s, ex);
+    if (g->ln_w) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: a LayerNorm operand needs the skinny kernel");
+        return MIMI_EINVAL;
+    }
     if (g->gelu && (g->ldc != g->m || g->beta != 0.0f)) {
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: GELU needs a packed C and beta = 0");
         return MIMI_EINVAL;

@@ -105,7 +105,16 @@ struct op_gemm {
     int ldc;
     float beta;
     int gelu;  // C = gelu(op(A) op(B)) (with beta = 0): the feed-forward's first product
+    // With ln_w set (a transformer linear on the skinny kernel: transa, n <= GPU_SKINNY_MAX rows,
+    // k * n floats within GPU_LN_MAX_FLOATS), B is not read: its row s is
+    // LayerNorm(x_new) * ln_w + ln_b with x_new = ln_x[s] + ln_scale * ln_y[s] (ln_y NULL: ln_x[s]),
+    // computed in the product's own launch (a warp per row, double accumulation as op_norm), and
+    // x_new is stored to ln_out (when set) by one block. ln_x and ln_out must not overlap.
+    const float *ln_x, *ln_y, *ln_scale, *ln_w, *ln_b;
+    float *ln_out;
+    float ln_eps;
 };
+#define GPU_LN_MAX_FLOATS 8192
 int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
 
 // ---- elementwise.cu ----

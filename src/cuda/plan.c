@@ -256,6 +256,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_col = take(&s, col * C);
     L->sc_taps = take(&s, taps * C);
     L->sc_x = take(&s, rows * d);
+    L->sc_x2 = take(&s, rows * d);
     L->sc_h = take(&s, rows * d);
     L->sc_y = take(&s, rows * d);
     L->sc_qkv = take(&s, rows * 3 * d);
@@ -318,7 +319,8 @@ static float *state(struct builder *B, size_t off) { return B->state + off; }
 static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int k, const float *a, int lda,
                             const float *b, int ldb, float *c, int ldc, float beta) {
     struct op_gemm *g = &emit(B, GOP_GEMM, "sgemm")->u.gemm;
-    *g = (struct op_gemm){ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta, 0};
+    *g = (struct op_gemm){.transa = ta, .transb = tb, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b, .ldb = ldb,
+                          .c = c, .ldc = ldc, .beta = beta};
     return g;
 }
 
@@ -482,41 +484,67 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
 
 // ---- transformer ----
 
-// in (d, R*steps) -> out (d, R*steps) through every layer, with the slots' KV rings.
+// The residual add and LayerNorm before a linear, inside the linear's launch (op_gemm.ln_*):
+// x_new = x + scale * y (y NULL: x), the product's input rows LN(x_new) * w + b, and x_new stored
+// to x_out (NULL: not stored).
+static void ln_into(struct op_gemm *g, const float *x, const float *y, const float *scale, const float *w,
+                    const float *b, float *x_out) {
+    g->ln_x = x, g->ln_y = y, g->ln_scale = scale, g->ln_w = w, g->ln_b = b, g->ln_out = x_out;
+    g->ln_eps = 1e-5f;
+}
+
+// in (d, R*steps) -> out (d, R*steps) through every layer, with the slots' KV rings. Small steps
+// (the linears on the skinny kernel) fold each residual add and LayerNorm into the next linear;
+// the residual stream then alternates between two buffers, since the linear's blocks all read it
+// while one of them writes its update.
 static void plan_transformer(struct builder *B, const struct transformer *t, const struct gpu_layer_w *lw,
                              const float *freq, const float *in, float *out) {
     const struct gpu_layout *L = B->L;
     const int d = t->d_model, rows = B->R * L->steps, ff = t->d_ff;
-    float *x = scratch(B, L->sc_x), *h = scratch(B, L->sc_h), *y = scratch(B, L->sc_y);
+    const int fold = rows <= GPU_SKINNY_MAX && (long)rows * d <= GPU_LN_MAX_FLOATS;
+    float *xs[2] = {scratch(B, L->sc_x), scratch(B, L->sc_x2)}, *h = scratch(B, L->sc_h), *y = scratch(B, L->sc_y);
     float *qkv = scratch(B, L->sc_qkv), *att = scratch(B, L->sc_att), *f = scratch(B, L->sc_ff);
     struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
                                 B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
                                 t->head_dim, L->ring, t->context, 1};
     emit(B, GOP_POSITIONS, "positions")->u.attention = base;
-    transpose(B, in, x, d, rows);
-    struct op_norm n = {x, NULL, NULL, h, lw[0].norm1_w, lw[0].norm1_b, rows, d, NORM_LN, 1e-5f};
-    emit(B, GOP_NORM, "layernorm")->u.norm = n;
+    int cur = 0;  // xs[cur] holds the residual stream
+    transpose(B, in, xs[cur], d, rows);
+    struct op_norm n = {xs[cur], NULL, NULL, h, lw[0].norm1_w, lw[0].norm1_b, rows, d, NORM_LN, 1e-5f};
+    if (!fold) emit(B, GOP_NORM, "layernorm")->u.norm = n;
     for (int l = 0; l < t->n_layers; l++) {
         const struct gpu_layer_w *w = &lw[l];
-        // qkv (rows, 3d) = h . in_proj^T; rotate, store k and v, attend (base.rope)
-        gemm(B, 1, 0, 3 * d, rows, d, w->in_proj, d, h, d, qkv, 3 * d, 0.0f);
+        // qkv (rows, 3d) = h . in_proj^T, h = LN1(x) (folded: x += scale2 * y of the layer before)
+        struct op_gemm *g = gemm(B, 1, 0, 3 * d, rows, d, w->in_proj, d, h, d, qkv, 3 * d, 0.0f);
+        if (fold && l == 0) ln_into(g, xs[cur], NULL, NULL, w->norm1_w, w->norm1_b, NULL);
+        if (fold && l > 0) {
+            ln_into(g, xs[cur], y, lw[l - 1].scale2, w->norm1_w, w->norm1_b, xs[cur ^ 1]);
+            cur ^= 1;
+        }
+        // rotate, store k and v, attend (base.rope)
         struct op_attention a = base;
         a.keys = state(B, L->st_keys[l]);
         a.values = state(B, L->st_values[l]);
         emit(B, GOP_ATTENTION, "attention")->u.attention = a;
         // x += scale1 * (att . out_proj^T); h = LN2(x)
         gemm(B, 1, 0, d, rows, d, w->out_proj, d, att, d, y, d, 0.0f);
-        n = (struct op_norm){x, y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, 1e-5f};
-        emit(B, GOP_NORM, "residual_layernorm")->u.norm = n;
-        // x += scale2 * (gelu(h . linear1^T) . linear2^T); h = LN1 of the next layer
-        gemm(B, 1, 0, ff, rows, d, w->linear1, d, h, d, f, ff, 0.0f)->gelu = 1;
+        n = (struct op_norm){xs[cur], y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, 1e-5f};
+        if (!fold) emit(B, GOP_NORM, "residual_layernorm")->u.norm = n;
+        // x += scale2 * (gelu(h . linear1^T) . linear2^T) (folded: added by the next layer's qkv)
+        g = gemm(B, 1, 0, ff, rows, d, w->linear1, d, h, d, f, ff, 0.0f);
+        g->gelu = 1;
+        if (fold) {
+            ln_into(g, xs[cur], y, w->scale1, w->norm2_w, w->norm2_b, xs[cur ^ 1]);
+            cur ^= 1;
+        }
         gemm(B, 1, 0, d, rows, ff, w->linear2, ff, f, ff, y, d, 0.0f);
         int last = l + 1 == t->n_layers;
-        n = (struct op_norm){x, y, w->scale2, h, last ? NULL : lw[l + 1].norm1_w,
+        if (fold && !last) continue;
+        n = (struct op_norm){xs[cur], y, w->scale2, h, last ? NULL : lw[l + 1].norm1_w,
                              last ? NULL : lw[l + 1].norm1_b, rows, d, last ? NORM_RESID : NORM_RESID_LN, 1e-5f};
         emit(B, GOP_NORM, last ? "residual" : "residual_layernorm")->u.norm = n;
     }
-    transpose(B, x, out, rows, d);
+    transpose(B, xs[cur], out, rows, d);
 }
 
 // ---- quantizer ----

@@ -69,7 +69,7 @@ struct gpu_layout {
     size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];
     size_t scratch_elems;
     size_t sc_stage, sc_out, sc_act[2], sc_res[2], sc_col, sc_taps;
-    size_t sc_x, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
+    size_t sc_x, sc_x2, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
     size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum, sc_conv_part, sc_conv_counters;
 };
 
