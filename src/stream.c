@@ -14,6 +14,7 @@
 
 #include "batch.h"
 #include "cpu/offline.h"
+#include "gpu.h"
 
 // ---- shared parts ----
 
@@ -294,37 +295,15 @@ static int64_t encode_offline(const struct mimi_model *model, const struct mimi_
     if (!e) return rc;
     const int64_t n_frames = mimi_frames_for_samples(model, n_samples);
     const int per_frame = want_codes ? e->batch->n_codebooks : model->frame_dim;
-    float *frame_out = NULL;  // one frame's values, slot-major (1, per_frame)
     rc = mimi_batch_check_kind(e->batch, want_codes);
     if (rc == MIMI_OK && n_frames * per_frame > max_values) rc = MIMI_EBUFFER;
     if (rc == MIMI_OK) rc = mimi_batch_check_finite(e->batch, pcm, (size_t)n_samples, "sample");
-    if (rc == MIMI_OK && !(frame_out = malloc(sizeof(float) * (size_t)per_frame))) rc = MIMI_ENOMEM;
-    const int frame = model->frame_size;
-    int64_t f0 = 0;  // frames done
-    if (rc == MIMI_OK && !e->batch->gpu) {
-        // on the CPU: many frames per pass (src/cpu/offline.h)
-        rc = mimi_offline_encode(model, e->batch->n_codebooks, p.tap, p.tap_user, pcm, n_samples,
-                                 n_frames, want_codes ? codes : NULL, want_codes ? NULL : latents);
-        f0 = n_frames;
-    }
-    for (int64_t f = f0; rc == MIMI_OK && f < n_frames; f++) {
-        // whole frames straight from the input, the last one zero-padded
-        int64_t start = f * frame, left = n_samples - start;
-        const float *in = pcm + start;
-        if (left < frame) {
-            memcpy(e->pending, in, sizeof(float) * (size_t)left);
-            memset(e->pending + left, 0, sizeof(float) * (size_t)(frame - left));
-            in = e->pending;
-        }
-        // codes are int32 and latents float: both fit the 4-byte scratch
-        rc = encode_frame(e, in, want_codes ? (int32_t *)frame_out : NULL, frame_out, 0);
-        for (int q = 0; q < per_frame; q++) {
-            if (want_codes) codes[q * n_frames + f] = ((int32_t *)frame_out)[q];
-            else latents[q * n_frames + f] = frame_out[q];
-        }
-    }
+    // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
+    if (rc == MIMI_OK)
+        rc = (e->batch->gpu ? mimi_cuda_offline_encode : mimi_offline_encode)(
+            model, e->batch->n_codebooks, p.tap, p.tap_user, pcm, n_samples, n_frames, want_codes ? codes : NULL,
+            want_codes ? NULL : latents);
     mimi_encoder_destroy(e);
-    free(frame_out);
     return rc == MIMI_OK ? n_frames : rc;
 }
 
@@ -351,7 +330,6 @@ static int64_t decode_offline(const struct mimi_model *model, const struct mimi_
     if (!dc) return rc;
     struct mimi_batch *b = dc->batch;
     const int per_frame = want_codes ? b->n_codebooks : model->frame_dim, frame = model->frame_size;
-    float *frame_in = NULL;  // one frame's values (1, per_frame)
     rc = mimi_batch_check_kind(b, want_codes);
     if (rc == MIMI_OK && n_frames * frame > max_samples) rc = MIMI_EBUFFER;
     // every value is checked before anything is decoded
@@ -369,24 +347,12 @@ static int64_t decode_offline(const struct mimi_model *model, const struct mimi_
             rc = MIMI_EINVAL;
         }
     }
-    if (rc == MIMI_OK && !(frame_in = malloc(sizeof(float) * (size_t)per_frame))) rc = MIMI_ENOMEM;
-    int64_t f0 = 0;  // frames done
-    if (rc == MIMI_OK && !b->gpu) {
-        // on the CPU: many frames per pass (src/cpu/offline.h)
-        rc = mimi_offline_decode(model, b->n_codebooks, p.tap, p.tap_user, want_codes ? codes : NULL,
-                                 want_codes ? NULL : latents, n_frames, pcm);
-        f0 = n_frames;
-    }
-    for (int64_t f = f0; rc == MIMI_OK && f < n_frames; f++) {
-        for (int q = 0; q < per_frame; q++) {
-            if (want_codes) ((int32_t *)frame_in)[q] = codes[q * n_frames + f];
-            else frame_in[q] = latents[q * n_frames + f];
-        }
-        rc = mimi_batch_decode_unchecked(b, 1, &SLOT0, want_codes ? (const int32_t *)frame_in : NULL,
-                                    want_codes ? NULL : frame_in, pcm + f * frame);
-    }
+    // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
+    if (rc == MIMI_OK)
+        rc = (b->gpu ? mimi_cuda_offline_decode : mimi_offline_decode)(
+            model, b->n_codebooks, p.tap, p.tap_user, want_codes ? codes : NULL, want_codes ? NULL : latents,
+            n_frames, pcm);
     mimi_decoder_destroy(dc);
-    free(frame_in);
     return rc == MIMI_OK ? n_frames * frame : rc;
 }
 

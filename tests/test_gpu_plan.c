@@ -348,7 +348,7 @@ static void emu_gather(const struct op_gather *a) {
         const int32_t *c = a->codes + (size_t)r * a->n_cb;
         int bad = 0;
         for (int q = 0; q < a->n_cb; q++) bad |= c[q] < 0 || c[q] >= a->bins;
-        if (bad) a->row_slot[r] = -1, *a->error = 1;
+        if (bad) a->row_slot[r / a->frames] = -1, *a->error = 1;
         for (int i = 0; i < a->dim; i++) {
             float e = bad ? 0.0f : a->books[(size_t)c[0] * a->dim + i], s = 0.0f;
             for (int q = 1; q < a->n_cb && !bad; q++)
@@ -397,23 +397,24 @@ struct emu_batch {
     float *state, *scratch;
 };
 
+// A batch of `capacity` slots whose step advances each listed slot by `frames` frames.
 static void emu_create(struct emu_batch *e, const struct mimi_model *m, const struct gpu_weights *w,
-                       int direction) {
+                       int direction, int capacity, int attention, int frames) {
     memset(e, 0, sizeof *e);
-    CHECK_EQ(gpu_layout_init(&e->L, m, direction, CAP, N_Q, MIMI_ATTENTION_RING), MIMI_OK);
-    e->state = calloc(e->L.slot_elems * CAP, sizeof(float));
+    CHECK_EQ(gpu_layout_init(&e->L, m, direction, capacity, N_Q, attention, frames), MIMI_OK);
+    e->state = calloc(e->L.slot_elems * capacity, sizeof(float));
     e->scratch = calloc(e->L.scratch_elems, sizeof(float));
-    for (int R = 1; R <= CAP; R++)
-        if (gpu_bucket(R, CAP) == R)
+    for (int R = 1; R <= capacity; R++)
+        if (gpu_bucket(R, capacity) == R)
             CHECK_EQ(gpu_plan_build(&e->plans[R], &e->L, m, w, e->state, e->scratch, R), MIMI_OK);
-    for (int s = 0; s < CAP; s++) {
+    for (int s = 0; s < capacity; s++) {
         int32_t *pos = (int32_t *)(e->state + s * e->L.slot_elems + e->L.st_positions);
         for (int j = 0; j < e->L.ring; j++) pos[j] = -1;
     }
 }
 
 static void emu_step(struct emu_batch *e, int n, const int *slots, const void *in, void *out) {
-    const struct gpu_plan *p = &e->plans[gpu_bucket(n, CAP)];
+    const struct gpu_plan *p = &e->plans[gpu_bucket(n, e->L.capacity)];
     for (int r = 0; r < p->R; r++) p->stage[r] = r < n ? slots[r] : -1;
     p->stage[p->R] = 0;
     memset(p->input, 0, sizeof(float) * (size_t)p->R * e->L.in_per_row);
@@ -456,6 +457,50 @@ static void test_cpu_async(struct mimi_model *model, const float *clip) {
     mimi_batch_destroy(b);
 }
 
+// ---- whole-signal plans: several frames per step ----
+
+#define OFF_FRAMES 4  // frames per step
+#define OFF_PASSES 3
+
+// A one-slot batch stepping OFF_FRAMES frames at a time (the CUDA backend's offline plans, with
+// the exact window) gives the CPU's whole-signal encode and decode.
+static void test_offline_plan(struct mimi_model *model, const struct gpu_weights *w, const float *clip) {
+    const int F = OFF_FRAMES, n = OFF_FRAMES * OFF_PASSES, frame = 1920;
+    struct emu_batch enc, dec;
+    emu_create(&enc, model, w, MIMI_DIRECTION_ENCODE, 1, MIMI_ATTENTION_WINDOW, F);
+    emu_create(&dec, model, w, MIMI_DIRECTION_DECODE, 1, MIMI_ATTENTION_WINDOW, F);
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    static int32_t want[N_Q * OFF_FRAMES * OFF_PASSES], got[OFF_FRAMES * OFF_PASSES * N_Q];
+    static float pcm_cpu[1920 * OFF_FRAMES * OFF_PASSES], pcm_emu[1920 * OFF_FRAMES * OFF_PASSES];
+    CHECK_EQ(mimi_encode_offline(model, &sp, clip, (int64_t)n * frame, want, N_Q * n), n);
+    CHECK_EQ(mimi_decode_offline(model, &sp, want, n, pcm_cpu, (int64_t)n * frame), (int64_t)n * frame);
+    const int slot = 0;
+    for (int k = 0; k < OFF_PASSES; k++) emu_step(&enc, 1, &slot, clip + (size_t)k * F * frame, got + k * F * N_Q);
+    int equal = 0;
+    for (int f = 0; f < n; f++)
+        for (int q = 0; q < N_Q; q++) equal += got[f * N_Q + q] == want[q * n + f];
+    // the decoder takes the CPU's codes, frame-major
+    static int32_t frames_in[OFF_FRAMES * OFF_PASSES * N_Q];
+    for (int f = 0; f < n; f++)
+        for (int q = 0; q < N_Q; q++) frames_in[f * N_Q + q] = want[q * n + f];
+    for (int k = 0; k < OFF_PASSES; k++)
+        emu_step(&dec, 1, &slot, frames_in + k * F * N_Q, pcm_emu + (size_t)k * F * frame);
+    double num = 0, den = 0;
+    for (int i = 0; i < n * frame; i++) {
+        double d = (double)pcm_emu[i] - pcm_cpu[i];
+        num += d * d;
+        den += (double)pcm_cpu[i] * pcm_cpu[i];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    printf("  %d-frame plan vs CPU offline: codes equal %d/%d, decoded pcm rel_l2 %.3e\n", F, equal, n * N_Q, rel);
+    CHECK(equal >= n * N_Q * 995 / 1000);
+    CHECK(rel <= 1e-5);
+    emu_destroy(&enc);
+    emu_destroy(&dec);
+}
+
 // ---- the test ----
 
 int main(int argc, char **argv) {
@@ -474,8 +519,9 @@ int main(int argc, char **argv) {
     static struct gpu_weights w;
     CHECK_EQ(gpu_weights_bind(&w, model, map_host, NULL), MIMI_OK);
     struct emu_batch enc, dec;
-    emu_create(&enc, model, &w, MIMI_DIRECTION_ENCODE);
-    emu_create(&dec, model, &w, MIMI_DIRECTION_DECODE);
+    emu_create(&enc, model, &w, MIMI_DIRECTION_ENCODE, CAP, MIMI_ATTENTION_RING, 1);
+    emu_create(&dec, model, &w, MIMI_DIRECTION_DECODE, CAP, MIMI_ATTENTION_RING, 1);
+    test_offline_plan(model, &w, clip);
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
            enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,
            dec.plans[1].n_ops, dec.plans[CAP].n_ops);

@@ -120,8 +120,9 @@ static int build_plans(struct mimi_batch *b) {
     return MIMI_OK;
 }
 
-extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
-                                                     const struct mimi_batch_params *params, int *err) {
+// A batch whose step advances each listed slot by `frames` frames.
+static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_batch_params *params, int frames,
+                                 int *err) {
     struct mimi_batch *b = (struct mimi_batch *)calloc(1, sizeof *b);
     int rc = b ? MIMI_OK : MIMI_ENOMEM;
     if (b) {
@@ -140,8 +141,9 @@ extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
         b->open = (unsigned char *)b->block;
         b->listed = b->open + b->capacity;
         b->gpu->device = m->cuda->device;
-        rc = gpu_layout_init(&b->gpu->L, m, b->direction, b->capacity, b->n_codebooks, b->attention);
+        rc = gpu_layout_init(&b->gpu->L, m, b->direction, b->capacity, b->n_codebooks, b->attention, frames);
     }
+    if (!rc) b->gpu->tap_frames = frames;
     if (!rc) rc = setup_device(b, m->precision == MIMI_PRECISION_FAST);
     if (!rc) rc = build_plans(b);
     if (!rc && b->tap) {
@@ -160,6 +162,16 @@ extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
     }
     if (err) *err = MIMI_OK;
     return b;
+}
+
+extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
+                                                     const struct mimi_batch_params *params, int *err) {
+    return create(m, params, 1, err);
+}
+
+extern "C" struct mimi_batch *mimi_cuda_offline_create(const struct mimi_model *m,
+                                                       const struct mimi_batch_params *params, int frames, int *err) {
+    return create(m, params, frames, err);
 }
 
 extern "C" void mimi_cuda_batch_free(struct mimi_batch *b) {

@@ -32,6 +32,7 @@ struct mimi_cuda_batch {
     cudaEvent_t done, ready;
     struct gpu_exec ex;
     int poisoned, pending, pending_n, pending_bucket;
+    int tap_frames;  // the taps hand over the first tap_frames of the L.frames frames of a row
 };
 
 // ---- errors ----

@@ -86,12 +86,14 @@ extern "C" int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const 
     return queue_output(b, i, n);
 }
 
-// Hands each tap its (channels, n * steps) slice of the step that just completed.
+// Hands each tap its (channels, n * steps) slice of the step that just completed (of a whole-
+// signal batch's one row: the columns of its first tap_frames frames).
 static int run_taps(struct mimi_batch *b, int i, int n) {
     struct mimi_cuda_batch *gb = b->gpu;
     const struct gpu_plan *p = &gb->plans[i];
     for (int t = 0; t < GPU_N_TAPS; t++) {
-        const size_t cols = (size_t)n * p->tap_steps[t], pitch = (size_t)p->R * p->tap_steps[t];
+        const size_t cols = (size_t)n * p->tap_steps[t] / gb->L.frames * gb->tap_frames;
+        const size_t pitch = (size_t)p->R * p->tap_steps[t];
         CK(cudaMemcpy2D(gb->tap_buf, sizeof(float) * cols, p->taps[t], sizeof(float) * pitch, sizeof(float) * cols,
                         p->tap_channels[t], cudaMemcpyDeviceToHost), "tap copy");
         b->tap(b->tap_user, p->tap_names[t], gb->tap_buf, p->tap_channels[t], (int)cols);

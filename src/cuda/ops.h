@@ -254,15 +254,16 @@ struct op_argmin {
 };
 int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
 
-// Decode lookup: e0[r] = book_0[codes[r, 0]], sum[r] = sum_{q >= 1} book_q[codes[r, q]]. A row
-// holding a code outside [0, bins) becomes padding (row_slot[r] = -1, zeros) and sets *error.
+// Decode lookup: e0[r] = book_0[codes[r, 0]], sum[r] = sum_{q >= 1} book_q[codes[r, q]]. Latent
+// row r belongs to step row r / frames; one holding a code outside [0, bins) makes that step row
+// padding (row_slot = -1), gets zeros and sets *error.
 struct op_gather {
     const int32_t *codes;  // (R, n_cb)
     const float *books;    // (n_q, bins, dim)
     float *e0, *sum;       // (R, dim)
-    int32_t *row_slot;     // (R), written for bad rows
+    int32_t *row_slot;     // (R / frames), written for bad rows
     int32_t *error;        // set to 1 on a bad code
-    int R, n_cb, bins, dim;
+    int R, n_cb, bins, dim, frames;
 };
 int mimi_cuda_gather(const struct op_gather *a, struct gpu_exec *ex);
 

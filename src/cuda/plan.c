@@ -182,25 +182,26 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
 // ---- layout ----
 
 int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direction, int capacity,
-                    int n_codebooks, int attention) {
+                    int n_codebooks, int attention, int frames) {
     memset(L, 0, sizeof *L);
     if (check_model(m)) return MIMI_EUNSUPPORTED;
     const int encode = direction == MIMI_DIRECTION_ENCODE, codes = m->quantizer.n_q > 0;
     const struct seanet *sn = encode ? &m->encoder : &m->decoder;
     const struct transformer *tr = encode ? &m->enc_tr : &m->dec_tr;
     const struct quantizer *q = &m->quantizer;
-    const size_t C = (size_t)capacity;
+    const size_t C = (size_t)capacity, CF = C * frames;  // CF: latent frames of a full step
     L->direction = direction;
     L->capacity = capacity;
     L->n_codebooks = n_codebooks;
     L->attention = attention;
-    L->steps = m->steps_per_frame;
-    L->frame = m->frame_size;
+    L->frames = frames;
+    L->steps = m->steps_per_frame * frames;
+    L->frame = m->frame_size * frames;
     L->d = m->latent_dim;
     L->frame_dim = m->frame_dim;
     L->ring = attention == MIMI_ATTENTION_RING && !m->exact_window ? tr->context : tr->context + L->steps;
-    L->in_per_row = encode ? L->frame : codes ? n_codebooks : L->frame_dim;
-    L->out_per_row = encode ? (codes ? n_codebooks : L->frame_dim) : L->frame;
+    L->in_per_row = encode ? L->frame : (codes ? n_codebooks : L->frame_dim) * frames;
+    L->out_per_row = encode ? (codes ? n_codebooks : L->frame_dim) * frames : L->frame;
 
     // per-slot state: counters, position ring, conv histories and tails, KV rings
     size_t u = 0;
@@ -264,16 +265,16 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_ff = take(&s, rows * tr->d_ff);
     L->sc_tr_in = take(&s, rows * d);
     L->sc_tr_out = take(&s, rows * d);
-    L->sc_latent = take(&s, maxz(d, (size_t)L->frame_dim) * C);
+    L->sc_latent = take(&s, maxz(d, (size_t)L->frame_dim) * CF);
     L->sc_conv_part = take(&s, GPU_CONV_PART_FLOATS);
     L->sc_conv_counters = take(&s, GPU_CONV_COUNTERS);
     if (codes) {
-        L->sc_r = take(&s, C * q->dim);
-        L->sc_scores = take(&s, C * q->bins);
+        L->sc_r = take(&s, CF * q->dim);
+        L->sc_scores = take(&s, CF * q->bins);
         L->sc_part = take(&s, 2 * GPU_RVQ_BLOCKS * GPU_SKINNY_MAX);
         L->sc_counter = take(&s, 1);
-        L->sc_e0 = take(&s, C * q->dim);
-        L->sc_sum = take(&s, C * q->dim);
+        L->sc_e0 = take(&s, CF * q->dim);
+        L->sc_sum = take(&s, CF * q->dim);
     }
     L->scratch_elems = take(&s, 0);
     return MIMI_OK;
@@ -553,7 +554,7 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
 static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const struct gpu_weights *w,
                             const float *latent, int32_t *codes) {
     const struct gpu_layout *L = B->L;
-    const int R = B->R, D = q->latent, dim = q->dim, bins = q->bins, n_cb = L->n_codebooks;
+    const int R = B->R * L->frames, D = q->latent, dim = q->dim, bins = q->bins, n_cb = L->n_codebooks;
     float *r = scratch(B, L->sc_r), *scores = scratch(B, L->sc_scores);
     for (int k = 0; k < n_cb; k++) {
         // r (R, dim) = latent^T . in^T: the semantic level and the first acoustic level project
@@ -574,10 +575,11 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
 static void plan_rvq_decode(struct builder *B, const struct quantizer *q, const struct gpu_weights *w,
                             const int32_t *codes, float *latent) {
     const struct gpu_layout *L = B->L;
-    const int R = B->R, dim = q->dim, n_cb = L->n_codebooks;
+    const int R = B->R * L->frames, dim = q->dim, n_cb = L->n_codebooks;
     float *e0 = scratch(B, L->sc_e0), *sum = scratch(B, L->sc_sum);
     struct op_gather *g = &emit(B, GOP_GATHER, "gather")->u.gather;
-    *g = (struct op_gather){codes, w->codebooks, e0, sum, B->p->stage, B->p->stage + R, R, n_cb, q->bins, dim};
+    *g = (struct op_gather){codes, w->codebooks, e0, sum, B->p->stage, B->p->stage + B->R, R, n_cb, q->bins, dim,
+                            L->frames};
     // latent (d, R) = out_first . e0^T (+ out_rest . sum^T)
     gemm(B, 1, 0, R, q->latent, dim, e0, dim, w->out_first, dim, latent, R, 0.0f);
     if (n_cb > 1) gemm(B, 1, 0, R, q->latent, dim, sum, dim, w->out_rest, dim, latent, R, 1.0f);
@@ -606,10 +608,10 @@ static void plan_encode(struct builder *B, const struct gpu_weights *w) {
     plan_conv(B, &m->downsample, w->down, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0);
     B->stage = "enc.quantizer";
     if (m->quantizer.n_q > 0) plan_rvq_encode(B, &m->quantizer, w, latent, p->output);
-    else transpose(B, latent, p->output, L->frame_dim, B->R);
+    else transpose(B, latent, p->output, L->frame_dim, B->R * L->frames);
     set_tap(p, 0, "enc_seanet", sea, L->d, L->steps);
     set_tap(p, 1, "enc_transformer", tr, L->d, L->steps);
-    set_tap(p, 2, "latent", latent, L->frame_dim, 1);
+    set_tap(p, 2, "latent", latent, L->frame_dim, L->frames);
 }
 
 static void plan_decode(struct builder *B, const struct gpu_weights *w) {
@@ -620,15 +622,15 @@ static void plan_decode(struct builder *B, const struct gpu_weights *w) {
     float *tr = scratch(B, L->sc_tr_out);
     B->stage = "dec.quantizer";
     if (m->quantizer.n_q > 0) plan_rvq_decode(B, &m->quantizer, w, p->input, latent);
-    else gemm(B, 1, 0, B->R, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
-              latent, B->R, 0.0f);
+    else gemm(B, 1, 0, B->R * L->frames, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
+              latent, B->R * L->frames, 0.0f);
     B->stage = "dec.upsample";
-    plan_convtr(B, &m->upsample, w->up, NULL, latent, up, 1, state(B, L->st_resample));
+    plan_convtr(B, &m->upsample, w->up, NULL, latent, up, L->frames, state(B, L->st_resample));
     B->stage = "dec.transformer";
     plan_transformer(B, &m->dec_tr, w->dec_tr, w->dec_freq, up, tr);
     B->stage = "dec.seanet";
     p->output = plan_seanet(B, &m->decoder, w->dec, tr, L->steps);
-    set_tap(p, 0, "dec_latent", latent, L->d, 1);
+    set_tap(p, 0, "dec_latent", latent, L->d, L->frames);
     set_tap(p, 1, "dec_upsample", up, L->d, L->steps);
     set_tap(p, 2, "dec_transformer", tr, L->d, L->steps);
 }

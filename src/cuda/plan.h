@@ -63,6 +63,7 @@ void gpu_weights_release(struct gpu_weights *w);
 // inside the batch's scratch, sized for `capacity` rows.
 struct gpu_layout {
     int direction, capacity, n_codebooks, attention;
+    int frames;  // frames of one row per step: 1, or more for a whole-signal (offline) batch
     int ring, steps, frame, d, frame_dim, in_per_row, out_per_row;
     size_t slot_elems;
     size_t st_next_pos, st_started, st_positions, st_resample;
@@ -73,9 +74,10 @@ struct gpu_layout {
     size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum, sc_conv_part, sc_conv_counters;
 };
 
-// Sizes state and scratch for a batch. Returns MIMI_OK or MIMI_EUNSUPPORTED.
+// Sizes state and scratch for a batch whose step advances each row by `frames` frames (steps,
+// frame, in_per_row and out_per_row are per row and step). Returns MIMI_OK or MIMI_EUNSUPPORTED.
 int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direction, int capacity,
-                    int n_codebooks, int attention);
+                    int n_codebooks, int attention, int frames);
 
 // Where the input of a step with R rows sits in the stage: row_slot (R), an error flag, then
 // the input rows.

@@ -164,7 +164,7 @@ static __global__ void gather_kernel(const struct op_gather a) {
     bool bad = false;
     for (int q = 0; q < a.n_cb; q++) bad |= c[q] < 0 || c[q] >= a.bins;
     if (bad && threadIdx.x == 0) {
-        a.row_slot[r] = -1;
+        a.row_slot[r / a.frames] = -1;
         *a.error = 1;
     }
     for (int i = threadIdx.x; i < a.dim; i += blockDim.x) {
