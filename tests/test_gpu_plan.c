@@ -459,8 +459,8 @@ static void test_cpu_async(struct mimi_model *model, const float *clip) {
 
 // ---- whole-signal plans: several frames per step ----
 
-#define OFF_FRAMES 4  // frames per step
-#define OFF_PASSES 3
+#define OFF_FRAMES 3  // frames per step
+#define OFF_PASSES 2
 
 // A one-slot batch stepping OFF_FRAMES frames at a time (the CUDA backend's offline plans, with
 // the exact window) gives the CPU's whole-signal encode and decode.
