@@ -68,6 +68,12 @@ static void test_weights(void) {
     CHECK_EQ(checked, 87);
 }
 
+// The library's error messages, next to the failed checks they explain.
+static void log_errors(void *user, int level, const char *msg) {
+    (void)user;
+    if (level == MIMI_LOG_ERROR) fprintf(stderr, "  library: %s\n", msg);
+}
+
 static struct mimi_model *load_model(void) {
     struct stat st;
     char err[256];
@@ -79,6 +85,7 @@ static struct mimi_model *load_model(void) {
     struct mimi_model_params mp;
     mimi_model_params_default(&mp);
     mp.backend = backend;
+    mp.log = log_errors;
     struct mimi_model *m = mimi_model_load(MODEL, &mp, &rc);
     CHECK(m != NULL);
     if (m) printf("  backend: %s\n", mimi_model_backend_name(m));

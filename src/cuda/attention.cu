@@ -345,6 +345,12 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
     }
 }
 
+extern "C" size_t mimi_cuda_attention_smem(int steps, int head_dim, int ring) {
+    struct op_attention a = {};
+    a.steps = steps, a.head_dim = head_dim, a.ring = ring;
+    return head_dim == ATTF_HD && steps <= 4 ? 0 : att_smem(&a);
+}
+
 static int onepass_fits(const struct op_attention *a) {
     return a->head_dim == ATTF_HD && a->steps >= 1 && a->steps <= 4 && a->d % 4 == 0 &&
            (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 && (uintptr_t)a->qkv % 16 == 0 &&

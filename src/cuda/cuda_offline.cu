@@ -10,8 +10,23 @@
 
 #include "cuda/cuda_batch.cuh"
 
-// Frames per step: 64 positions per row keep the attention's shared memory within a block's.
+// Frames per step at most (64 transformer positions of Mimi's; the step's plans then run at a
+// few times one stream's cost).
 #define OFFLINE_FRAMES 32
+
+// The most frames per step, up to OFFLINE_FRAMES and n_frames, whose attention (all the step's
+// positions of a row in one block) fits the device's shared memory per block.
+static int frames_per_step(const struct mimi_model *m, int64_t n_frames) {
+    int limit = 48 * 1024;
+    cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, m->cuda->device);
+    int F = n_frames < OFFLINE_FRAMES ? (int)n_frames : OFFLINE_FRAMES;
+    const struct transformer *t = &m->enc_tr;  // the decoder's has the same geometry
+    for (; F > 1; F--) {
+        const int steps = m->steps_per_frame * F;
+        if (mimi_cuda_attention_smem(steps, t->head_dim, t->context + steps) + 1024 <= (size_t)limit) break;
+    }
+    return F;
+}
 
 // A one-slot batch stepping `frames` frames, its slot open; NULL with *rc on failure.
 static struct mimi_batch *offline_batch(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap,
@@ -43,7 +58,7 @@ static int finish(const struct mimi_model *m, struct mimi_batch *b, int rc, void
 extern "C" int mimi_cuda_offline_encode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
                                         const float *pcm, int64_t n_samples, int64_t n_frames, int32_t *codes,
                                         float *latents) {
-    const int F = n_frames < OFFLINE_FRAMES ? (int)n_frames : OFFLINE_FRAMES, frame = m->frame_size;
+    const int F = frames_per_step(m, n_frames), frame = m->frame_size;
     const int per_frame = codes ? n_codebooks : m->frame_dim, slot = 0;
     int rc = MIMI_OK;
     struct mimi_batch *b = offline_batch(m, MIMI_DIRECTION_ENCODE, n_codebooks, tap, tap_user, F, &rc);
@@ -70,7 +85,7 @@ extern "C" int mimi_cuda_offline_encode(const struct mimi_model *m, int n_codebo
 
 extern "C" int mimi_cuda_offline_decode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
                                         const int32_t *codes, const float *latents, int64_t n_frames, float *pcm) {
-    const int F = n_frames < OFFLINE_FRAMES ? (int)n_frames : OFFLINE_FRAMES, frame = m->frame_size;
+    const int F = frames_per_step(m, n_frames), frame = m->frame_size;
     const int per_frame = codes ? n_codebooks : m->frame_dim, slot = 0;
     int rc = MIMI_OK;
     struct mimi_batch *b = offline_batch(m, MIMI_DIRECTION_DECODE, n_codebooks, tap, tap_user, F, &rc);

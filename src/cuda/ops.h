@@ -227,6 +227,8 @@ struct op_attention {
     int R, steps, d, n_heads, head_dim, ring, context;
     int rope;  // attention first does rope_kv's work (one launch where the kernel allows)
 };
+// Dynamic shared memory the attention of a row with `steps` query steps needs (0: none).
+size_t mimi_cuda_attention_smem(int steps, int head_dim, int ring);
 // Marks the step's positions in each slot's position ring (once per step, before layer 0).
 int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec *ex);
 // out = softmax(q k^T / sqrt(head_dim)) v per head over the window; with `rope`, rope_kv first.
