@@ -359,7 +359,7 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
            best_enc_x, REF_OFFLINE_ENC, best_enc_x / REF_OFFLINE_ENC, best_dec_x, REF_OFFLINE_DEC,
            best_dec_x / REF_OFFLINE_DEC);
     whole_file(m, 20);
-    if (!quick) whole_file(m, 300);
+    whole_file(m, 300);
     profile(m, 1);
     if (!quick) profile(m, 1024);
 }

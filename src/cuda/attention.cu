@@ -210,7 +210,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
     }
 }
 
-// ---- attention, one pass (head_dim 64, at most 4 steps: every Mimi and Pocket transformer) ----
+// ---- attention, one pass (head_dim 64: every Mimi and Pocket transformer) ----
 
 #define ATTF_WARPS 8
 #define ATTF_HD 64
@@ -226,18 +226,21 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
     pdl_begin();
     __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
     __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
-    const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, d = a.d, ring = a.ring;
+    // this block's queries: steps s0 .. s0 + steps - 1 of the row
+    const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * MAXS, steps = min(MAXS, a.steps - s0);
+    const int d = a.d, ring = a.ring;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
     const int slot = a.row_slot[r];
-    float *out = a.out + (size_t)r * steps * d + (size_t)h * ATTF_HD;
+    float *out = a.out + ((size_t)r * a.steps + s0) * d + (size_t)h * ATTF_HD;
     if (slot < 0) {
         for (int i = threadIdx.x; i < steps * ATTF_HD; i += blockDim.x) out[(size_t)(i / ATTF_HD) * d + i % ATTF_HD] = 0.0f;
         return;
     }
     if (a.rope) {
         // rope_kv for this (row, head): every key of the step is in the ring before any query
-        // reads it, and the only queries that read this head's new keys are this block's
-        for (int e = threadIdx.x; e < steps * (ATTF_HD / 2); e += blockDim.x)
+        // reads it, and the only queries that read this head's new keys are this block's (the
+        // launch passes `rope` only when one block takes all the row's steps)
+        for (int e = threadIdx.x; e < a.steps * (ATTF_HD / 2); e += blockDim.x)
             rope_pair(a, r, e / (ATTF_HD / 2), h * (ATTF_HD / 2) + e % (ATTF_HD / 2));
         __syncthreads();
     }
@@ -252,7 +255,7 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
     float m[MAXS], l[MAXS];
 #pragma unroll
     for (int s = 0; s < MAXS; s++) {
-        q[s] = s < steps ? *((const float4 *)(a.qkv + ((size_t)r * steps + s) * 3 * d + (size_t)h * ATTF_HD) + li)
+        q[s] = s < steps ? *((const float4 *)(a.qkv + ((size_t)r * a.steps + s0 + s) * 3 * d + (size_t)h * ATTF_HD) + li)
                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         acc[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         m[s] = -INFINITY;
@@ -280,7 +283,7 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
                 float dot = q[s].x * kv[u].x + q[s].y * kv[u].y + q[s].z * kv[u].z + q[s].w * kv[u].w;
 #pragma unroll
                 for (int off = 8; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                const int32_t age = pos0 + s - pk[u];
+                const int32_t age = pos0 + s0 + s - pk[u];
                 sc[u] = pk[u] >= 0 && age >= 0 && age < a.context ? dot * scale : -INFINITY;
                 mx = fmaxf(mx, sc[u]);
             }
@@ -348,20 +351,30 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
 extern "C" size_t mimi_cuda_attention_smem(int steps, int head_dim, int ring) {
     struct op_attention a = {};
     a.steps = steps, a.head_dim = head_dim, a.ring = ring;
-    return head_dim == ATTF_HD && steps <= 4 ? 0 : att_smem(&a);
+    return head_dim == ATTF_HD ? 0 : att_smem(&a);
 }
 
 static int onepass_fits(const struct op_attention *a) {
-    return a->head_dim == ATTF_HD && a->steps >= 1 && a->steps <= 4 && a->d % 4 == 0 &&
+    return a->head_dim == ATTF_HD && a->steps >= 1 && a->d % 4 == 0 &&
            (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 && (uintptr_t)a->qkv % 16 == 0 &&
            (uintptr_t)a->out % 16 == 0 && a->slot_stride % 4 == 0;
 }
 
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid(a->R, a->n_heads);
-    if (onepass_fits(a)) {  // with the rotation in the same kernel
-        if (a->steps <= 2) pdl_launch(attention_onepass_kernel<2>, grid, 32 * ATTF_WARPS, 0, ex, *a);
-        else pdl_launch(attention_onepass_kernel<4>, grid, 32 * ATTF_WARPS, 0, ex, *a);
+    if (onepass_fits(a)) {
+        // up to 4 queries per block; with more blocks per row than one, the rotation and the
+        // KV store run first as their own launch (every block reads all the row's new keys)
+        const int per = a->steps <= 2 ? 2 : 4;
+        struct op_attention b = *a;
+        grid.z = (a->steps + per - 1) / per;
+        if (grid.z > 1 && a->rope) {
+            int rc = launch_rope_kv(a, ex);
+            if (rc) return rc;
+            b.rope = 0;
+        }
+        if (per == 2) pdl_launch(attention_onepass_kernel<2>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else pdl_launch(attention_onepass_kernel<4>, grid, 32 * ATTF_WARPS, 0, ex, b);
         return launch_status(ex, "attention");
     }
     if (a->rope) {

@@ -10,12 +10,14 @@
 
 #include "cuda/cuda_batch.cuh"
 
-// Frames per step at most; the shared memory of the attention bounds it first (Mimi: 56 frames,
-// 112 positions, on an H200).
+// Frames per step at most, and transformer positions per step at most (Mimi: 64 frames of 2
+// positions; Pocket TTS's Mimi: 8 frames of 16).
 #define OFFLINE_FRAMES 64
+#define OFFLINE_POSITIONS 128
 
-// The most frames per step, up to OFFLINE_FRAMES and n_frames, whose attention (all the step's
-// positions of a row in one block) fits the device's shared memory per block.
+// The most frames per step, up to OFFLINE_FRAMES, OFFLINE_POSITIONS and n_frames, whose attention
+// fits the device's shared memory per block (the two-pass kernel of head sizes other than 64
+// holds all the step's positions of a row in one block).
 static int frames_per_step(const struct mimi_model *m, int64_t n_frames) {
     int limit = 48 * 1024;
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, m->cuda->device);
@@ -23,6 +25,7 @@ static int frames_per_step(const struct mimi_model *m, int64_t n_frames) {
     const struct transformer *t = &m->enc_tr;  // the decoder's has the same geometry
     for (; F > 1; F--) {
         const int steps = m->steps_per_frame * F;
+        if (steps > OFFLINE_POSITIONS) continue;
         if (mimi_cuda_attention_smem(steps, t->head_dim, t->context + steps) + 1024 <= (size_t)limit) break;
     }
     return F;
