@@ -15,7 +15,7 @@
  * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
  * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. The part
  * is walked DIRECT_KC indices at a time: the weight slice is staged in shared memory as
- * (index, channel), so that a lane reads its DIRECT_TO weights as two float4s broadcast to the
+ * (index, channel), so that a lane reads its DIRECT_TO weights as float4s broadcast to the
  * whole warp, and the inputs as (index, column); both with batched loads, so that a slice costs
  * a few memory round trips and the products then read shared memory only. The warps split the
  * slice into contiguous shares and their sums are added in warp order, then (splits > 1) the

@@ -339,12 +339,13 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 
 // ---- convolutions ----
 
-// Products of at most this many multiply-adds run as one direct conv kernel: below it cuBLAS
-// cannot fill the chip and im2col and the activations cost a launch each (one stream's SEANet);
-// above it im2col + cuBLAS is faster.
+// Products of at most this many multiply-adds run as one direct conv kernel: there cuBLAS
+// cannot fill the chip and im2col and the activations cost a launch each (one stream's SEANet).
+// Larger ones go to im2col + cuBLAS, whose products run near the chip's f32 rate; the direct
+// kernel (CUDA cores, staged through shared memory) does not.
 #define DIRECT_CONV_MAX_MACS (1 << 26)
 // Blocks a direct conv aims for (about four per SM of an H200), and the reduction indices one
-// block takes at most (one staged slice of the kernel, direct.cuh); the reduction is split over
+// block takes at most (two staged slices of the kernel, direct.cuh); the reduction is split over
 // blocks to get there.
 #define DIRECT_CONV_BLOCKS 528
 #define DIRECT_CONV_CHUNK 256
