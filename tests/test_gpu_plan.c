@@ -73,7 +73,16 @@ static void emu_conv(const struct op_conv *a) {
             }
 }
 
-static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps);
+// out = LayerNorm(x) * w + b over d values (out may be x); double mean and biased variance.
+static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps) {
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < d; i++) mean += x[i];
+    mean /= d;
+    for (int i = 0; i < d; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    var /= d;
+    float inv = (float)(1.0 / sqrt(var + eps));
+    for (int i = 0; i < d; i++) out[i] = ((x[i] - (float)mean) * inv) * w[i] + b[i];
+}
 
 static float gelu(float v) { return 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); }
 
@@ -220,17 +229,6 @@ static void emu_convtr_copy(const struct op_convtr_direct *a) {
             memcpy(tr->tail + (size_t)slot * tr->slot_stride + (size_t)o * tr->S, a->next + ((size_t)o * tr->R + r) * tr->S,
                    sizeof(float) * tr->S);
         }
-}
-
-// out = LayerNorm(x) * w + b over d values (out may be x); double mean and biased variance.
-static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps) {
-    double mean = 0.0, var = 0.0;
-    for (int i = 0; i < d; i++) mean += x[i];
-    mean /= d;
-    for (int i = 0; i < d; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
-    var /= d;
-    float inv = (float)(1.0 / sqrt(var + eps));
-    for (int i = 0; i < d; i++) out[i] = ((x[i] - (float)mean) * inv) * w[i] + b[i];
 }
 
 static void emu_norm(const struct op_norm *a) {

@@ -243,6 +243,7 @@ int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
 // candidates in `part` (2 * GPU_RVQ_BLOCKS * R floats), and the last block to finish picks the
 // codes in a fixed block order and updates the residual. `counter` is zero before and after.
 #define GPU_RVQ_BLOCKS 256
+#define GPU_RVQ_MAX_DIM 512  // the fused form's largest codebook dimension
 struct op_argmin {
     const float *scores;  // (R, bins) or NULL
     const float *norms;   // (bins)

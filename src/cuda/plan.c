@@ -557,13 +557,13 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
     const struct gpu_layout *L = B->L;
     const int R = B->R * L->frames, D = q->latent, dim = q->dim, bins = q->bins, n_cb = L->n_codebooks;
     float *r = scratch(B, L->sc_r), *scores = scratch(B, L->sc_scores);
+    // small batches compute the scores (R, bins) in the argmin's own launch
+    const int fused = R <= GPU_SKINNY_MAX && dim <= GPU_RVQ_MAX_DIM;
     for (int k = 0; k < n_cb; k++) {
         // r (R, dim) = latent^T . in^T: the semantic level and the first acoustic level project
         if (k < 2) gemm(B, 1, 1, dim, R, D, k ? w->in_rest : w->in_first, D, latent, R, r, dim, 0.0f);
         const float *book = w->codebooks + (size_t)k * bins * dim;
-        // scores (R, bins) = r . book^T; nearest entry; the acoustic levels subtract it. Small
-        // batches do both in the argmin's launch.
-        const int fused = R <= GPU_SKINNY_MAX && dim <= 512;
+        // scores (R, bins) = r . book^T; nearest entry; the acoustic levels subtract it
         if (!fused) gemm(B, 1, 0, bins, R, dim, book, dim, r, dim, scores, bins, 0.0f);
         struct op_argmin *a = &emit(B, GOP_ARGMIN, "argmin")->u.argmin;
         *a = (struct op_argmin){fused ? NULL : scores, w->norms + (size_t)k * bins, book, k ? r : NULL, codes + k,

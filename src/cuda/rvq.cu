@@ -51,13 +51,12 @@ static __global__ void argmin_kernel(const struct op_argmin a) {
 // ---- distances and nearest entry in one launch (small batches) ----
 
 #define RVQ_WARPS (RVQ_THREADS / 32)
-#define RVQ_MAX_DIM 512
 
 // Block b scores the bins b, b + G, b + 2G, ... (G blocks; a warp per bin, a lane per 32nd of
 // the entry) against every row's query held in shared memory, and keeps each row's best (v, j).
 static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const struct op_argmin a) {
     pdl_begin();
-    __shared__ float qs[GPU_SKINNY_MAX * RVQ_MAX_DIM];
+    __shared__ float qs[GPU_SKINNY_MAX * GPU_RVQ_MAX_DIM];
     __shared__ float wv[RVQ_WARPS][GPU_SKINNY_MAX];
     __shared__ int wj[RVQ_WARPS][GPU_SKINNY_MAX], code[GPU_SKINNY_MAX];
     __shared__ bool last;
@@ -140,7 +139,7 @@ static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const str
 
 static int launch_argmin(const struct op_argmin *a, struct gpu_exec *ex) {
     if (!a->scores) {
-        if (a->R > GPU_SKINNY_MAX || a->dim > RVQ_MAX_DIM) {
+        if (a->R > GPU_SKINNY_MAX || a->dim > GPU_RVQ_MAX_DIM) {
             if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "argmin: %d rows of %d for the fused form", a->R, a->dim);
             return MIMI_EINVAL;
         }
