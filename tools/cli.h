@@ -179,6 +179,9 @@ int progress_slot(void);
 
 // ---- --json ----
 
+// Prints s as a JSON string literal (quotes, backslashes and control characters escaped).
+void json_string(const char *s);
+
 // Prints {"command":..., "ok": bool, "succeeded": n, "failed": n, "wall_seconds": t,
 // "files": [...]} on stdout.
 void json_summary(const struct opts *o, const struct item *items, int n, double wall_s);

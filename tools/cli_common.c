@@ -473,7 +473,7 @@ void progress_end(void) {
 
 // ---- --json ----
 
-static void json_str(const char *s) {
+void json_string(const char *s) {
     putchar('"');
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
@@ -515,7 +515,7 @@ void json_summary(const struct opts *o, const struct item *items, int n, double 
     int ok = 0;
     for (int i = 0; i < n; i++) ok += items[i].ok;
     printf("{\"command\": ");
-    json_str(o->cmd);
+    json_string(o->cmd);
     printf(", \"ok\": %s, \"succeeded\": %d, \"failed\": %d, \"wall_seconds\": ",
            ok == n ? "true" : "false", ok, n - ok);
     json_num(wall_s);
@@ -523,14 +523,14 @@ void json_summary(const struct opts *o, const struct item *items, int n, double 
     for (int i = 0; i < n; i++) {
         const struct item *it = &items[i];
         printf("%s\n  {\"input\": ", i ? "," : "");
-        json_str(it->input);
+        json_string(it->input);
         printf(", \"output\": ");
-        if (it->output[0]) json_str(it->output);
+        if (it->output[0]) json_string(it->output);
         else printf("null");
         printf(", \"ok\": %s", it->ok ? "true" : "false");
         if (!it->ok) {
             printf(", \"error\": ");
-            json_str(it->error);
+            json_string(it->error);
         } else {
             printf(", \"frames\": %lld, \"%s\": %d, \"samples\": %lld, \"audio_seconds\": ",
                    (long long)it->frames, it->latent_size ? "latent_size" : "codebooks",
@@ -541,7 +541,7 @@ void json_summary(const struct opts *o, const struct item *items, int n, double 
             if (it->in_rate) {
                 printf(", \"input_rate\": %d, \"input_channels\": %d, \"input_format\": ",
                        it->in_rate, it->in_channels);
-                json_str(it->in_format);
+                json_string(it->in_format);
             }
             if (strcmp(o->cmd, "roundtrip") == 0) {
                 printf(", \"bitrate\": ");

@@ -25,17 +25,6 @@ struct out {
     int json, n_fields;
 };
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
 // A field whose JSON value is a string.
 static void field_s(struct out *w, const char *key, const char *value) {
     if (w->json) {
