@@ -1,11 +1,12 @@
 /*
  * bench_gpu.c - the CUDA backend's speed: one stream's latency per frame, the number of
  * concurrent real-time streams (the largest batch whose encode + decode step stays under 80 ms
- * at p99), throughput in multiples of real time, each in strict (f32) and fast (TF32) modes,
- * with ratios to the floors and to the reference implementation's figures, a per-op profile and
- * the fast mode's fidelity against strict. Not part of the library; bench_stream.c is the CPU's.
+ * at p99), throughput in multiples of real time, each in strict (f32), fast (TF32) and fast bf16
+ * modes, with ratios to the floors and to the reference implementation's figures, a per-op
+ * profile and the fast modes' fidelity against strict. Not part of the library; bench_stream.c
+ * is the CPU's.
  *
- * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N]
+ * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16]
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -281,31 +282,54 @@ static void profile(struct mimi_model *m, int B) {
     free(slots), free(pcm), free(out), free(codes);
 }
 
-// ---- fidelity of fast mode ----
+// ---- fidelity of the fast modes ----
 
-static void fidelity(struct mimi_model *strict, struct mimi_model *fast, int frames) {
-    struct mimi_stream_params sp;
-    mimi_stream_params_default(&sp);
-    struct mimi_encoder *es = mimi_encoder_create(strict, &sp, NULL), *ef = mimi_encoder_create(fast, &sp, NULL);
-    struct mimi_decoder *ds = mimi_decoder_create(strict, &sp, NULL), *df = mimi_decoder_create(fast, &sp, NULL);
-    if (!es || !ef || !ds || !df) return;
-    int equal = 0, sem = 0;
-    double num = 0, den = 0;
-    float pcm[1920], ps[1920], pf[1920];
-    for (int f = 0; f < frames; f++) {
-        int32_t cs[8], cf[8];
-        fill_audio(pcm, 3, f, 1920);
-        (void)!mimi_encoder_step(es, pcm, cs);
-        (void)!mimi_encoder_step(ef, pcm, cf);
-        for (int q = 0; q < 8; q++) equal += cs[q] == cf[q];
-        sem += cs[0] == cf[0];
-        (void)!mimi_decoder_step(ds, cs, ps);
-        (void)!mimi_decoder_step(df, cs, pf);
-        for (int i = 0; i < 1920; i++) num += (ps[i] - pf[i]) * (double)(ps[i] - pf[i]), den += ps[i] * (double)ps[i];
+#define FID_SLOTS 64  // wide enough that the SEANet products go through cuBLAS
+
+// `frames` steps of FID_SLOTS streams (stream s: fill_audio(s, f)) through encode and decode
+// batches of `m`; the decoder takes `codes_in` when given (the strict codes), else its own.
+static int fid_run(struct mimi_model *m, int frames, int32_t *codes, const int32_t *codes_in, float *pcm) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = FID_SLOTS;
+    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = enc ? mimi_batch_create(m, &bp, NULL) : NULL;
+    static float in[FID_SLOTS * 1920];
+    int slots[FID_SLOTS], rc = enc && dec ? 0 : -1;
+    for (int s = 0; s < FID_SLOTS && !rc; s++) {
+        slots[s] = mimi_batch_open(enc);
+        rc = slots[s] < 0 || mimi_batch_open(dec) < 0;
     }
-    printf("  fast vs strict over %d frames: codes equal %.2f%%, semantic %.2f%%, decoded pcm rel_l2 %.2e\n", frames,
-           100.0 * equal / (8 * frames), 100.0 * sem / frames, sqrt(num / den));
-    mimi_encoder_destroy(es), mimi_encoder_destroy(ef), mimi_decoder_destroy(ds), mimi_decoder_destroy(df);
+    for (int f = 0; f < frames && !rc; f++) {
+        for (int s = 0; s < FID_SLOTS; s++) fill_audio(in + (size_t)s * 1920, s, f, 1920);
+        int32_t *c = codes + (size_t)f * FID_SLOTS * 8;
+        rc = mimi_batch_encode(enc, FID_SLOTS, slots, in, c) ||
+             mimi_batch_decode(dec, FID_SLOTS, slots, codes_in ? codes_in + (size_t)f * FID_SLOTS * 8 : c,
+                               pcm + (size_t)f * FID_SLOTS * 1920);
+    }
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+    return rc;
+}
+
+// Codes of `fast` against `strict` and the PCM of decoding the strict codes, FID_SLOTS streams.
+static void fidelity(struct mimi_model *strict, struct mimi_model *fast, const char *mode, int frames) {
+    const size_t nc = (size_t)frames * FID_SLOTS * 8, np = (size_t)frames * FID_SLOTS * 1920;
+    int32_t *cs = malloc(sizeof(int32_t) * nc), *cf = malloc(sizeof(int32_t) * nc);
+    float *ps = malloc(sizeof(float) * np), *pf = malloc(sizeof(float) * np);
+    if (cs && cf && ps && pf && !fid_run(strict, frames, cs, NULL, ps) && !fid_run(fast, frames, cf, cs, pf)) {
+        size_t equal = 0, sem = 0;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < nc; i++) equal += cs[i] == cf[i], sem += i % 8 == 0 && cs[i] == cf[i];
+        for (size_t i = 0; i < np; i++) num += (ps[i] - pf[i]) * (double)(ps[i] - pf[i]), den += ps[i] * (double)ps[i];
+        printf("  %s vs strict, %d streams x %d frames: codes equal %.2f%%, semantic %.2f%%, decoded pcm rel_l2 %.2e "
+               "(%.1f dB)\n", mode, FID_SLOTS, frames, 100.0 * equal / nc, 100.0 * sem / (nc / 8), sqrt(num / den),
+               10 * log10(den / num));
+    } else {
+        printf("  %s vs strict: could not run\n", mode);
+    }
+    free(cs), free(cf), free(ps), free(pf);
 }
 
 // ---- main ----
@@ -366,12 +390,16 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int quick = 0, max_streams = 1 << 20, profile_only = 0;
+    int quick = 0, max_streams = 1 << 20, profile_only = 0, modes = 7;  // bit i: enum mimi_precision i
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-streams") && i + 1 < argc) max_streams = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
+            const char *list = argv[++i];
+            modes = (strstr(list, "strict") ? 1 : 0) | (strstr(list, "fast") ? 2 : 0) | (strstr(list, "bf16") ? 4 : 0);
+        }
         else if (!strcmp(argv[i], "--write-model") && i + 1 < argc) {
             char err[256];
             int rc = synth_write_model(argv[i + 1], 0, SYNTH_NAMING_KYUTAI, SYNTH_F32, err, sizeof err);
@@ -379,7 +407,8 @@ int main(int argc, char **argv) {
             return rc ? 1 : 0;
         }
         else {
-            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--profile B] | --write-model PATH\n", argv[0]);
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16] [--profile B] | "
+                            "--write-model PATH\n", argv[0]);
             return 2;
         }
     }
@@ -396,19 +425,24 @@ int main(int argc, char **argv) {
         }
     }
     printf("libmimi %s, CUDA backend, model %s\n", mimi_version_string(), path);
-    struct mimi_model *strict = load(path, MIMI_PRECISION_STRICT), *fast = load(path, MIMI_PRECISION_FAST);
-    if (!strict || !fast) return 1;
-    if (profile_only > 0) {
-        printf("\n== strict (f32) ==\n");
-        profile(strict, profile_only);
-        printf("\n== fast (TF32) ==\n");
-        profile(fast, profile_only);
-        return 0;
+    static const char *names[3] = {"strict (f32)", "fast (TF32)", "fast (bf16)"};
+    struct mimi_model *models[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++)
+        if (modes & (1 << i) || i == MIMI_PRECISION_STRICT) {
+            models[i] = load(path, i);
+            if (!models[i]) return 1;
+        }
+    for (int i = 0; i < 3; i++) {
+        if (!(modes & (1 << i))) continue;
+        if (profile_only > 0) {
+            printf("\n== %s ==\n", names[i]);
+            profile(models[i], profile_only);
+        } else if (i != MIMI_PRECISION_STRICT) {
+            fidelity(models[MIMI_PRECISION_STRICT], models[i], names[i], quick ? 20 : 100);
+        }
     }
-    fidelity(strict, fast, quick ? 50 : 200);
-    run_mode(strict, "strict (f32)", quick, max_streams);
-    mimi_model_destroy(strict);
-    run_mode(fast, "fast (TF32)", quick, max_streams);
-    mimi_model_destroy(fast);
+    for (int i = 0; i < 3 && !profile_only; i++)
+        if (modes & (1 << i)) run_mode(models[i], names[i], quick, max_streams);
+    for (int i = 0; i < 3; i++) mimi_model_destroy(models[i]);
     return 0;
 }

@@ -165,11 +165,18 @@ enum mimi_backend {
 /* Arithmetic of the CUDA backend (struct mimi_model_params.precision; the CPU ignores it).
  * STRICT: f32 everywhere; matrix products accumulate in f32 without TF32.
  * FAST: matrix products on TF32 tensor cores (inputs rounded to a 10-bit mantissa, f32
- * accumulation), everything else as STRICT. Faster with many streams, a little less faithful:
- * the measured code agreement and PCM error are in bench/results/. */
+ * accumulation), everything else as STRICT. Faster with many streams, a little less faithful.
+ * FAST_BF16: matrix products on bfloat16 tensor cores (inputs rounded to an 8-bit mantissa, f32
+ * accumulation) and the transformers' attention rings stored in bfloat16, which halves their
+ * memory (the largest part of a stream's state) and the bytes attention reads; everything else
+ * as STRICT. The most streams per GPU, the least faithful of the three.
+ * Products small enough for the bandwidth-bound kernel (one stream's transformer rows, the late
+ * SEANet layers) stay f32 in every mode. The measured code agreement and PCM error of each mode
+ * against STRICT are in bench/results/ (mimi-bench-gpu prints them). */
 enum mimi_precision {
     MIMI_PRECISION_STRICT = 0,
     MIMI_PRECISION_FAST = 1,
+    MIMI_PRECISION_FAST_BF16 = 2,
 };
 
 struct mimi_model_params {

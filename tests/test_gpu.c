@@ -5,7 +5,7 @@
  * Cases: streaming encode and decode, GPU vs CPU (codes, taps, PCM); batch slots stepped in
  * subsets vs lone GPU streams; reset; submit/collect vs synchronous steps; decode from codes in
  * device memory (offset and stride, a bad code that must not advance its slot); the per-op
- * profile; the fast (TF32) mode's fidelity, measured and printed.
+ * profile; the fast modes' (TF32, bf16) fidelity, measured and printed.
  *
  * usage: test_gpu
  */
@@ -21,7 +21,7 @@
 #define FRAMES 24
 #define TOL 1e-4
 
-static struct mimi_model *cpu, *gpu, *gpu_fast;
+static struct mimi_model *cpu, *gpu, *gpu_fast, *gpu_bf16;
 static float *clip;  // dev_speech_en, at least FRAMES + 3 * 7 frames
 static int64_t clip_frames;
 
@@ -100,6 +100,21 @@ static double code_agreement(const int32_t *a, const int32_t *b, int n, int *sem
 
 // ---- GPU vs CPU ----
 
+// A fast mode: measured, printed, held to a loose bound only (it catches a broken kernel, not
+// rounding; the modes' fidelity is documented from mimi-bench-gpu's measurement).
+static void fast_vs_cpu(struct mimi_model *m, const char *mode, const int32_t *codes_cpu, const float *pcm_cpu) {
+    static int32_t codes[FRAMES * N_Q];
+    static float pcm[FRAMES * FRAME];
+    int sem;
+    encode_stream(m, codes, NULL);
+    decode_stream(m, codes_cpu, pcm);
+    double agree = code_agreement(codes, codes_cpu, FRAMES * N_Q, &sem);
+    double e = rel_l2(pcm, pcm_cpu, (size_t)FRAMES * FRAME);
+    printf("  %s vs cpu: codes equal %.4f, semantic %s, decode pcm rel_l2 %.3e\n", mode, agree,
+           sem ? "all equal" : "differ", e);
+    CHECK(agree >= 0.5 && e < 0.1);
+}
+
 static void test_vs_cpu(void) {
     static int32_t codes_cpu[FRAMES * N_Q], codes_gpu[FRAMES * N_Q];
     static float pcm_cpu[FRAMES * FRAME], pcm_gpu[FRAMES * FRAME];
@@ -123,22 +138,68 @@ static void test_vs_cpu(void) {
     decode_stream(cpu, codes_cpu, pcm_cpu);
     decode_stream(gpu, codes_cpu, pcm_gpu);
     CHECK_REL_L2(pcm_gpu, pcm_cpu, (size_t)FRAMES * FRAME, TOL, "gpu vs cpu decode pcm");
-    // fast mode: measured, printed, held to a loose bound only
-    static int32_t codes_fast[FRAMES * N_Q];
-    static float pcm_fast[FRAMES * FRAME];
-    encode_stream(gpu_fast, codes_fast, NULL);
-    decode_stream(gpu_fast, codes_cpu, pcm_fast);
-    agree = code_agreement(codes_fast, codes_cpu, FRAMES * N_Q, &sem);
-    double e = rel_l2(pcm_fast, pcm_cpu, (size_t)FRAMES * FRAME);
-    printf("  fast (TF32) vs cpu: codes equal %.4f, semantic %s, decode pcm rel_l2 %.3e\n", agree,
-           sem ? "all equal" : "differ", e);
-    CHECK(agree >= 0.5 && e < 0.1);
+    fast_vs_cpu(gpu_fast, "fast (TF32)", codes_cpu, pcm_cpu);
+    fast_vs_cpu(gpu_bf16, "fast (bf16)", codes_cpu, pcm_cpu);
 }
 
 // ---- batches ----
 
 #define SLOTS 3
 #define CAPACITY 5
+
+// ---- fast modes on the cuBLAS products ----
+
+#define WIDE 64  // slots: wide enough that the SEANet products go through cuBLAS
+#define WIDE_F 6
+
+// WIDE_F steps of WIDE slots (slot s reads the clip from frame s % 24): codes (WIDE_F, WIDE, N_Q),
+// and the PCM of decoding `codes_in` (or this run's codes when NULL).
+static void wide_run(struct mimi_model *m, int32_t *codes, const int32_t *codes_in, float *pcm) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = WIDE;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = mimi_batch_create(m, &bp, NULL);
+    CHECK(enc && dec);
+    if (!enc || !dec) return;
+    int slots[WIDE];
+    for (int s = 0; s < WIDE; s++) {
+        slots[s] = s;
+        CHECK_EQ(mimi_batch_open(enc), s);
+        CHECK_EQ(mimi_batch_open(dec), s);
+    }
+    static float in[WIDE * FRAME];
+    for (int f = 0; f < WIDE_F; f++) {
+        for (int s = 0; s < WIDE; s++)
+            memcpy(in + (size_t)s * FRAME, clip + ((size_t)(s % 24) + f) * FRAME, sizeof(float) * FRAME);
+        int32_t *c = codes + (size_t)f * WIDE * N_Q;
+        CHECK_EQ(mimi_batch_encode(enc, WIDE, slots, in, c), MIMI_OK);
+        CHECK_EQ(mimi_batch_decode(dec, WIDE, slots, codes_in ? codes_in + (size_t)f * WIDE * N_Q : c,
+                                   pcm + (size_t)f * WIDE * FRAME), MIMI_OK);
+    }
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+}
+
+// The fast modes' products on cuBLAS (TF32, bf16), against strict at the same width: measured,
+// printed, held to the loose bound of fast_vs_cpu.
+static void test_fast_wide(void) {
+    static int32_t strict_codes[WIDE_F * WIDE * N_Q], codes[WIDE_F * WIDE * N_Q];
+    static float strict_pcm[WIDE_F * WIDE * FRAME], pcm[WIDE_F * WIDE * FRAME];
+    wide_run(gpu, strict_codes, NULL, strict_pcm);
+    struct mimi_model *modes[2] = {gpu_fast, gpu_bf16};
+    const char *names[2] = {"fast (TF32)", "fast (bf16)"};
+    for (int i = 0; i < 2; i++) {
+        wide_run(modes[i], codes, strict_codes, pcm);
+        int sem;
+        double agree = code_agreement(codes, strict_codes, WIDE_F * WIDE * N_Q, &sem);
+        double e = rel_l2(pcm, strict_pcm, (size_t)WIDE_F * WIDE * FRAME);
+        printf("  %s vs strict, %d slots: codes equal %.4f, decode pcm rel_l2 %.3e\n", names[i], WIDE, agree, e);
+        CHECK(agree >= 0.5 && e > 0 && e < 0.1);
+    }
+}
 
 // Slot s reads the clip from frame 7 s; slot 1 skips step 2, slot 0 skips steps 3 and 4.
 static void test_batch_vs_lone(void) {
@@ -335,6 +396,7 @@ int main(int argc, char **argv) {
     cpu = load(MIMI_BACKEND_CPU, MIMI_PRECISION_STRICT);
     gpu = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_STRICT);
     gpu_fast = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST);
+    gpu_bf16 = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST_BF16);
     CHECK(strcmp(mimi_model_backend_name(gpu), "cuda") == 0);
     struct st_file refs;
     char err[256];
@@ -347,10 +409,12 @@ int main(int argc, char **argv) {
     if (clip_frames < FRAMES + 30) SKIP("clip too short");
     test_vs_cpu();
     test_batch_vs_lone();
+    test_fast_wide();
     test_async();
     test_profile();
     free(clip);
     mimi_model_destroy(gpu_fast);
+    mimi_model_destroy(gpu_bf16);
     mimi_model_destroy(gpu);
     mimi_model_destroy(cpu);
     return test_summary();

@@ -250,6 +250,34 @@ static void emu_positions(const struct op_attention *a) {
     }
 }
 
+// Value i of slot `slot`'s ring: f32, or bfloat16 (the high half of an f32, rounded to nearest
+// even when stored) with kv_bf16; slot_stride counts 4-byte elements either way.
+static void ring_store(const struct op_attention *a, void *ring, int slot, size_t i, float x) {
+    char *base = (char *)ring + sizeof(float) * a->slot_stride * (size_t)slot;
+    if (!a->kv_bf16) {
+        memcpy(base + sizeof(float) * i, &x, sizeof x);
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint16_t h = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    memcpy(base + 2 * i, &h, sizeof h);
+}
+
+static float ring_load(const struct op_attention *a, const void *ring, int slot, size_t i) {
+    const char *base = (const char *)ring + sizeof(float) * a->slot_stride * (size_t)slot;
+    float x;
+    if (!a->kv_bf16) {
+        memcpy(&x, base + sizeof(float) * i, sizeof x);
+        return x;
+    }
+    uint16_t h;
+    memcpy(&h, base + 2 * i, sizeof h);
+    uint32_t u = (uint32_t)h << 16;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 static void emu_rope_kv(const struct op_attention *a) {
     const int d = a->d, hd = a->head_dim;
     for (int r = 0; r < a->R; r++) {
@@ -268,9 +296,10 @@ static void emu_rope_kv(const struct op_attention *a) {
                 k[2 * p + 1] = re * sn + im * c;
             }
             if (slot < 0) continue;
-            size_t at = (size_t)slot * a->slot_stride + (size_t)(pos % a->ring) * d;
-            memcpy(a->keys + at, k, sizeof(float) * d);
-            memcpy(a->values + at, v, sizeof(float) * d);
+            for (int i = 0; i < d; i++) {
+                ring_store(a, a->keys, slot, (size_t)(pos % a->ring) * d + i, k[i]);
+                ring_store(a, a->values, slot, (size_t)(pos % a->ring) * d + i, v[i]);
+            }
         }
     }
 }
@@ -294,9 +323,9 @@ static void emu_attention(const struct op_attention *a) {
                     int32_t age = pq - pos[j];
                     scores[j] = -INFINITY;
                     if (pos[j] < 0 || age < 0 || age >= a->context) continue;
-                    const float *k = a->keys + (size_t)slot * a->slot_stride + (size_t)j * d + h * hd;
+                    const size_t k = (size_t)j * d + h * hd;
                     float dot = 0.0f;
-                    for (int i = 0; i < hd; i++) dot += q[i] * k[i];
+                    for (int i = 0; i < hd; i++) dot += q[i] * ring_load(a, a->keys, slot, k + i);
                     scores[j] = dot * (1.0f / sqrtf((float)hd));
                     if (scores[j] > mx) mx = scores[j];
                 }
@@ -306,8 +335,8 @@ static void emu_attention(const struct op_attention *a) {
                 }
                 for (int j = 0; j < a->ring; j++) {
                     if (scores[j] == 0.0f) continue;
-                    const float *v = a->values + (size_t)slot * a->slot_stride + (size_t)j * d + h * hd;
-                    for (int i = 0; i < hd; i++) out[i] += scores[j] / sum * v[i];
+                    const size_t v = (size_t)j * d + h * hd;
+                    for (int i = 0; i < hd; i++) out[i] += scores[j] / sum * ring_load(a, a->values, slot, v + i);
                 }
             }
     }
@@ -499,6 +528,63 @@ static void test_offline_plan(struct mimi_model *model, const struct gpu_weights
     emu_destroy(&dec);
 }
 
+// ---- bfloat16 attention rings (MIMI_PRECISION_FAST_BF16) ----
+
+#define BF16_FRAMES 12
+
+// The bf16 layout halves the rings, and its plan, which rounds every stored key and value to
+// bfloat16, stays close to the CPU's f32 stream: a sanity bound on the rounding (the measured
+// fidelity of the mode is mimi-bench-gpu's), not a parity gate.
+static void test_bf16_rings(const float *clip, size_t f32_slot_elems) {
+    struct mimi_model_params mp;
+    mimi_model_params_default(&mp);
+    mp.precision = MIMI_PRECISION_FAST_BF16;
+    int rc;
+    struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
+    CHECK(m != NULL);
+    if (!m) return;
+    static struct gpu_weights w;
+    CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
+    struct emu_batch enc, dec;
+    emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, 1, MIMI_ATTENTION_RING, 1);
+    emu_create(&dec, m, &w, MIMI_DIRECTION_DECODE, 1, MIMI_ATTENTION_RING, 1);
+    CHECK(enc.L.kv_bf16 && dec.L.kv_bf16);
+    CHECK(enc.L.slot_elems < f32_slot_elems * 6 / 10);
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    struct mimi_encoder *ce = mimi_encoder_create(m, &sp, NULL);
+    struct mimi_decoder *cd = mimi_decoder_create(m, &sp, NULL);
+    const int slot = 0;
+    int equal = 0;
+    double num = 0, den = 0;
+    for (int f = 0; f < BF16_FRAMES; f++) {
+        int32_t want[N_Q], got[N_Q];
+        static float pcm_cpu[1920], pcm_emu[1920];
+        CHECK_EQ(mimi_encoder_step(ce, clip + (size_t)f * 1920, want), MIMI_OK);
+        emu_step(&enc, 1, &slot, clip + (size_t)f * 1920, got);
+        for (int q = 0; q < N_Q; q++) equal += got[q] == want[q];
+        CHECK_EQ(mimi_decoder_step(cd, want, pcm_cpu), MIMI_OK);
+        emu_step(&dec, 1, &slot, want, pcm_emu);
+        for (int i = 0; i < 1920; i++) {
+            double dl = (double)pcm_emu[i] - pcm_cpu[i];
+            num += dl * dl;
+            den += (double)pcm_cpu[i] * pcm_cpu[i];
+        }
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    printf("  bf16 rings: state %zu floats per slot (f32 %zu); vs CPU f32: codes equal %d/%d, pcm rel_l2 %.3e\n",
+           enc.L.slot_elems, f32_slot_elems, equal, BF16_FRAMES * N_Q, rel);
+    CHECK(equal >= BF16_FRAMES * N_Q * 9 / 10);
+    CHECK(rel > 0 && rel <= 2e-2);
+    mimi_encoder_destroy(ce);
+    mimi_decoder_destroy(cd);
+    emu_destroy(&enc);
+    emu_destroy(&dec);
+    gpu_weights_release(&w);
+    mimi_model_destroy(m);
+}
+
 // ---- the test ----
 
 int main(int argc, char **argv) {
@@ -520,6 +606,7 @@ int main(int argc, char **argv) {
     emu_create(&enc, model, &w, MIMI_DIRECTION_ENCODE, CAP, MIMI_ATTENTION_RING, 1);
     emu_create(&dec, model, &w, MIMI_DIRECTION_DECODE, CAP, MIMI_ATTENTION_RING, 1);
     test_offline_plan(model, &w, clip);
+    test_bf16_rings(clip, enc.L.slot_elems);
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
            enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,
            dec.plans[1].n_ops, dec.plans[CAP].n_ops);

@@ -6,12 +6,37 @@
  * Ring rule: query position p sees entry j when 0 <= p - positions[j] < context; positions[j]
  * is -1 (0xFFFFFFFF) until written, so a fresh ring never aliases position 0. All keys of a step
  * are stored before any query runs, like the reference.
+ *
+ * Ring storage: f32, or bfloat16 with kv_bf16 (MIMI_PRECISION_FAST_BF16), read by the one-pass
+ * kernel only; arithmetic is f32 either way.
  */
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "common.cuh"
 
 #define ATT_THREADS 512
+
+// Where slot `slot`'s ring of element type T starts (slot_stride counts 4-byte elements).
+template <typename T>
+static __device__ __forceinline__ T *slot_ring(void *ring, size_t slot_stride, int slot) {
+    return (T *)((char *)ring + sizeof(float) * slot_stride * (size_t)slot);
+}
+
+// Four consecutive ring values as f32: one 16-byte load (f32) or one 8-byte load (bfloat16,
+// whose bits are the high half of the f32 they stand for).
+template <typename T> struct ring4;
+template <> struct ring4<float> {
+    typedef float4 unit;
+    static __device__ __forceinline__ float4 get(float4 v) { return v; }
+};
+template <> struct ring4<__nv_bfloat16> {
+    typedef uint2 unit;
+    static __device__ __forceinline__ float4 get(uint2 v) {
+        return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                           __uint_as_float(v.y & 0xffff0000u));
+    }
+};
 
 // ---- positions ----
 
@@ -50,11 +75,17 @@ static __device__ __forceinline__ void rope_pair(const struct op_attention &a, i
     k[2 * p] = k0;
     k[2 * p + 1] = k1;
     if (slot < 0) return;
-    size_t at = (size_t)slot * a.slot_stride + (size_t)(pos % a.ring) * d + 2 * p;
-    a.keys[at] = k0;
-    a.keys[at + 1] = k1;
-    a.values[at] = v[2 * p];
-    a.values[at + 1] = v[2 * p + 1];
+    const size_t at = (size_t)(pos % a.ring) * d + 2 * p;
+    if (a.kv_bf16) {
+        slot_ring<__nv_bfloat162>(a.keys, a.slot_stride, slot)[at / 2] = __floats2bfloat162_rn(k0, k1);
+        slot_ring<__nv_bfloat162>(a.values, a.slot_stride, slot)[at / 2] = __floats2bfloat162_rn(v[2 * p], v[2 * p + 1]);
+        return;
+    }
+    float *keys = slot_ring<float>(a.keys, a.slot_stride, slot), *values = slot_ring<float>(a.values, a.slot_stride, slot);
+    keys[at] = k0;
+    keys[at + 1] = k1;
+    values[at] = v[2 * p];
+    values[at + 1] = v[2 * p + 1];
 }
 
 // One thread per (query row, pair).
@@ -109,8 +140,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base];
     const int32_t *positions = a.positions + base;
-    const float *keys = a.keys + base + (size_t)h * hd;
-    const float4 *values = (const float4 *)(a.values + base + (size_t)h * hd);
+    const float *keys = slot_ring<float>(a.keys, a.slot_stride, slot) + (size_t)h * hd;
+    const float4 *values = (const float4 *)(slot_ring<float>(a.values, a.slot_stride, slot) + (size_t)h * hd);
     for (int i = threadIdx.x; i < steps * hd; i += blockDim.x)
         q[i] = a.qkv[((size_t)r * steps + i / hd) * 3 * d + (size_t)h * hd + i % hd];
     __syncthreads();
@@ -213,16 +244,17 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 // ---- attention, one pass (head_dim 64: every Mimi and Pocket transformer) ----
 
 #define ATTF_WARPS 8
-#define ATTF_HD 64
+#define ATTF_HD GPU_ATT_ONEPASS_HD
 
 // One block per (row, head), ATTF_WARPS warps each owning a contiguous share of the ring. A warp
 // reads two keys at a time (a half-warp per key, a float4 of its row per lane) together with the
 // same two value rows, four pairs per round so that 8 loads per lane are in flight, and keeps a
 // running maximum, sum and weighted value sum per step (the online softmax). Halves and warps are
 // then merged in a fixed order. Keys and values are read once, in one pass; the result differs
-// from the two-pass kernel above only in rounding.
-template <int MAXS>
+// from the two-pass kernel above only in rounding. T: the rings' element type.
+template <int MAXS, typename T>
 static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kernel(const struct op_attention a) {
+    typedef typename ring4<T>::unit unit;
     pdl_begin();
     __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
     __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
@@ -247,8 +279,8 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base];
     const int32_t *positions = a.positions + base;
-    const float4 *keys = (const float4 *)(a.keys + base + (size_t)h * ATTF_HD) + li;
-    const float4 *values = (const float4 *)(a.values + base + (size_t)h * ATTF_HD) + li;
+    const unit *keys = (const unit *)(slot_ring<T>(a.keys, a.slot_stride, slot) + (size_t)h * ATTF_HD) + li;
+    const unit *values = (const unit *)(slot_ring<T>(a.values, a.slot_stride, slot) + (size_t)h * ATTF_HD) + li;
     const int d4 = d / 4;
     const float scale = 1.0f / sqrtf((float)ATTF_HD);
     float4 q[MAXS], acc[MAXS];
@@ -270,8 +302,8 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
         for (int u = 0; u < 4; u++) {
             const int j = j0 + 2 * u + half;
             const bool in = j < j_end;
-            kv[u] = in ? keys[(size_t)j * d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            vv[u] = in ? values[(size_t)j * d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            kv[u] = in ? ring4<T>::get(keys[(size_t)j * d4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            vv[u] = in ? ring4<T>::get(values[(size_t)j * d4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             pk[u] = in ? positions[j] : -1;
         }
 #pragma unroll
@@ -373,9 +405,15 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
             if (rc) return rc;
             b.rope = 0;
         }
-        if (per == 2) pdl_launch(attention_onepass_kernel<2>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else pdl_launch(attention_onepass_kernel<4>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        if (a->kv_bf16 && per == 2) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else if (a->kv_bf16) pdl_launch(attention_onepass_kernel<4, __nv_bfloat16>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else if (per == 2) pdl_launch(attention_onepass_kernel<2, float>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else pdl_launch(attention_onepass_kernel<4, float>, grid, 32 * ATTF_WARPS, 0, ex, b);
         return launch_status(ex, "attention");
+    }
+    if (a->kv_bf16) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "attention: bfloat16 rings need the one-pass kernel");
+        return MIMI_EINVAL;
     }
     if (a->rope) {
         int rc = launch_rope_kv(a, ex);

@@ -62,7 +62,7 @@ static int capture(struct mimi_batch *b, int i) {
 
 // ---- lifetime ----
 
-static int setup_device(struct mimi_batch *b, int fast) {
+static int setup_device(struct mimi_batch *b, int precision) {
     struct mimi_cuda_batch *gb = b->gpu;
     const struct gpu_layout *L = &gb->L;
     CK(cudaSetDevice(gb->device), "set device");
@@ -76,14 +76,14 @@ static int setup_device(struct mimi_batch *b, int fast) {
     CK(cudaMalloc(&gb->workspace, WORKSPACE_BYTES), "cuBLAS workspace");
     if (cublasSetStream(gb->cublas, gb->stream) != CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(gb->cublas, gb->workspace, WORKSPACE_BYTES) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetMathMode(gb->cublas, fast ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) !=
+        cublasSetMathMode(gb->cublas, precision == MIMI_PRECISION_FAST ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) !=
             CUBLAS_STATUS_SUCCESS) {
         mimi_batch_error(b, "cuda: cuBLAS setup failed");
         return MIMI_EDEVICE;
     }
     int major = 0;
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gb->device), "device attribute");
-    gb->ex = (struct gpu_exec){gb->stream, gb->cublas, fast, b->errmsg, sizeof b->errmsg, major >= 9};
+    gb->ex = (struct gpu_exec){gb->stream, gb->cublas, precision, b->errmsg, sizeof b->errmsg, major >= 9};
     // state: zeros, position rings at the empty sentinel; scratch zeroed once (padding rows)
     const size_t cap = (size_t)L->capacity;
     CK(cudaMalloc((void **)&gb->state, sizeof(float) * L->slot_elems * cap), "state");
@@ -144,7 +144,7 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
         rc = gpu_layout_init(&b->gpu->L, m, b->direction, b->capacity, b->n_codebooks, b->attention, frames);
     }
     if (!rc) b->gpu->tap_frames = frames;
-    if (!rc) rc = setup_device(b, m->precision == MIMI_PRECISION_FAST);
+    if (!rc) rc = setup_device(b, m->precision);
     if (!rc) rc = build_plans(b);
     if (!rc && b->tap) {
         const struct gpu_layout *L = &b->gpu->L;

@@ -6,8 +6,9 @@
  * memory bandwidth: a split-K kernel streams the weight rows with all warps of the chip and
  * keeps the few small-side columns in registers. Everything else goes to cuBLAS. Strict mode
  * accumulates in f32 with CUBLAS_COMPUTE_32F (no TF32); fast mode lets cuBLAS use TF32 tensor
- * cores (CUBLAS_COMPUTE_32F_FAST_TF32: 10-bit mantissa inputs, f32 accumulation); the skinny
- * kernel is f32 in both. The cuBLAS handle is the batch's, bound to its stream and its own
+ * cores (CUBLAS_COMPUTE_32F_FAST_TF32: 10-bit mantissa inputs, f32 accumulation) and fast bf16
+ * mode bfloat16 ones (CUBLAS_COMPUTE_32F_FAST_16BF: f32 in memory, 8-bit mantissa inputs, f32
+ * accumulation); the skinny kernel is f32 in every mode. The cuBLAS handle is the batch's, bound to its stream and its own
  * workspace (cuda_batch.cu), so the calls can be captured into a graph.
  * Reference: mimi_matmul_nt in src/nn/ops_ref.c.
  */
@@ -201,7 +202,9 @@ static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
         return MIMI_EINVAL;
     }
     const float alpha = 1.0f, beta = g->beta;
-    cublasComputeType_t compute = ex->fast ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t compute = ex->precision == MIMI_PRECISION_FAST_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                        : ex->precision == MIMI_PRECISION_FAST    ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                  : CUBLAS_COMPUTE_32F;
     cublasStatus_t st = cublasGemmEx((cublasHandle_t)ex->cublas, g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                      g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a,
                                      CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,

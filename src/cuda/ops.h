@@ -28,7 +28,7 @@ extern "C" {
 struct gpu_exec {
     void *stream;   // cudaStream_t
     void *cublas;   // cublasHandle_t bound to `stream`
-    int fast;       // 1: TF32 tensor cores for matrix products
+    int precision;  // enum mimi_precision: the cuBLAS products' compute type
     char *errmsg;   // receives the failure text
     size_t errlen;
     int pdl;        // 1: kernels launch as programmatic dependents of the one before (sm_90+)
@@ -215,10 +215,14 @@ int mimi_cuda_norm(const struct op_norm *a, struct gpu_exec *ex);
 // One transformer layer's attention over the per-slot rings (spec 5.4). Query row r*steps + s of
 // slot row_slot[r] has absolute position next_pos + s; it sees ring entry j when
 // 0 <= pos - positions[j] < context (positions[j] = -1 marks an empty entry).
+// The rings hold f32, or with kv_bf16 bfloat16 (rounded to nearest even when stored; only the
+// one-pass kernel reads them, so kv_bf16 needs head_dim GPU_ATT_ONEPASS_HD). Either way a slot's
+// ring starts slot * slot_stride 4-byte elements after slot 0's.
+#define GPU_ATT_ONEPASS_HD 64
 struct op_attention {
     float *qkv;                // (R*steps, 3d): q | k | v per row
     float *out;                // (R*steps, d)
-    float *keys, *values;      // slot 0's ring of this layer (ring, d)
+    void *keys, *values;       // slot 0's ring of this layer (ring, d)
     int32_t *positions;        // slot 0's position ring (ring)
     int32_t *next_pos;         // slot 0's position counter
     const int32_t *row_slot;   // (R)
@@ -226,6 +230,7 @@ struct op_attention {
     size_t slot_stride;
     int R, steps, d, n_heads, head_dim, ring, context;
     int rope;  // attention first does rope_kv's work (one launch where the kernel allows)
+    int kv_bf16;
 };
 // Dynamic shared memory the attention of a row with `steps` query steps needs (0: none).
 size_t mimi_cuda_attention_smem(int steps, int head_dim, int ring);

@@ -239,9 +239,12 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     const int P = rs->kernel - rs->stride;
     if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
     if (encode) col = maxz(col, ((size_t)rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
+    // KV rings: f32, or two bfloat16 values per element
+    L->kv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16 && tr->head_dim == GPU_ATT_ONEPASS_HD;
+    const size_t ring_elems = (size_t)L->ring * L->d / (L->kv_bf16 ? 2 : 1);
     for (int l = 0; l < tr->n_layers; l++) {
-        L->st_keys[l] = take(&u, (size_t)L->ring * L->d);
-        L->st_values[l] = take(&u, (size_t)L->ring * L->d);
+        L->st_keys[l] = take(&u, ring_elems);
+        L->st_values[l] = take(&u, ring_elems);
     }
     L->slot_elems = take(&u, 0);
 
@@ -508,7 +511,7 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
     float *qkv = scratch(B, L->sc_qkv), *att = scratch(B, L->sc_att), *f = scratch(B, L->sc_ff);
     struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
                                 B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
-                                t->head_dim, L->ring, t->context, 1};
+                                t->head_dim, L->ring, t->context, 1, L->kv_bf16};
     emit(B, GOP_POSITIONS, "positions")->u.attention = base;
     int cur = 0;  // xs[cur] holds the residual stream
     transpose(B, in, xs[cur], d, rows);

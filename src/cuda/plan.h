@@ -65,6 +65,7 @@ struct gpu_layout {
     int direction, capacity, n_codebooks, attention;
     int frames;  // frames of one row per step: 1, or more for a whole-signal (offline) batch
     int ring, steps, frame, d, frame_dim, in_per_row, out_per_row;
+    int kv_bf16;  // attention rings in bfloat16 (MIMI_PRECISION_FAST_BF16)
     size_t slot_elems;
     size_t st_next_pos, st_started, st_positions, st_resample;
     size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];
