@@ -4,6 +4,7 @@
  * conv in one kernel for the small ones (one stream's SEANet); and the carry of the newest
  * history columns.
  */
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "direct.cuh"
@@ -21,42 +22,54 @@ static __device__ __forceinline__ float xin(const struct op_im2col &a, int i, in
     return a.hist[(size_t)slot * a.slot_stride + (size_t)i * a.H + j];
 }
 
+// The matrix im2col writes: f32, or bfloat16 for a bf16 product.
+static __device__ __forceinline__ void put(float *col, size_t at, float v) { col[at] = v; }
+static __device__ __forceinline__ void put(__nv_bfloat16 *col, size_t at, float v) { col[at] = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ void put4(float *col, size_t at4, float4 v) { ((float4 *)col)[at4] = v; }
+static __device__ __forceinline__ void put4(__nv_bfloat16 *col, size_t at4, float4 v) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    ((uint2 *)col)[at4] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
+}
+
 // col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (one
 // more for the row of ones), x the output columns; each thread writes its column's K taps, so the
 // index arithmetic is done once per K values and consecutive threads write consecutive columns.
+template <typename T>
 static __global__ void im2col_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float *col = a.col + (size_t)i * a.K * N;
+        T *col = (T *)a.col + (size_t)i * a.K * N;
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
             if (i == a.c_in) {
-                col[n] = 1.0f;
+                put(col, n, 1.0f);
                 continue;
             }
             const unsigned r = n / To, t = n - r * To;
-            for (int k = 0; k < a.K; k++) col[(size_t)k * N + n] = xin(a, i, r, t * a.S + k);
+            for (int k = 0; k < a.K; k++) put(col, (size_t)k * N + n, xin(a, i, r, t * a.S + k));
         }
     }
 }
 
 // The same with four consecutive columns per thread (one row r: T_out is a multiple of 4), each
-// tap written as one 16-byte store: a quarter of the store instructions of the kernel above.
+// tap written as one 16-byte store (8 bytes in bfloat16): a quarter of the store instructions of
+// the kernel above.
+template <typename T>
 static __global__ void im2col4_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float4 *col = (float4 *)(a.col + (size_t)i * a.K * N);
+        T *col = (T *)a.col + (size_t)i * a.K * N;
         for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
             if (i == a.c_in) {
-                col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                put4(col, n4, make_float4(1.0f, 1.0f, 1.0f, 1.0f));
                 continue;
             }
             const unsigned n = 4 * n4, r = n / To, t = n - r * To;
             for (int k = 0; k < a.K; k++) {
                 const int j = (int)t * a.S + k;
-                col[(size_t)k * N4 + n4] = make_float4(xin(a, i, r, j), xin(a, i, r, j + a.S), xin(a, i, r, j + 2 * a.S),
-                                                       xin(a, i, r, j + 3 * a.S));
+                put4(col, (size_t)k * N4 + n4, make_float4(xin(a, i, r, j), xin(a, i, r, j + a.S), xin(a, i, r, j + 2 * a.S),
+                                                           xin(a, i, r, j + 3 * a.S)));
             }
         }
     }
@@ -70,12 +83,14 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
         dim3 grid(grid_for(N / 4, 256), rows < 65535 ? rows : 65535);
         if (grid.x > 65535) grid.x = 65535;
-        pdl_launch(im2col4_kernel, grid, 256, 0, ex, *a);
+        if (a->col_bf16) pdl_launch(im2col4_kernel<__nv_bfloat16>, grid, 256, 0, ex, *a);
+        else pdl_launch(im2col4_kernel<float>, grid, 256, 0, ex, *a);
         return launch_status(ex, "im2col");
     }
     dim3 grid(grid_for(N, 256), rows < 65535 ? rows : 65535);
     if (grid.x > 65535) grid.x = 65535;
-    pdl_launch(im2col_kernel, grid, 256, 0, ex, *a);
+    if (a->col_bf16) pdl_launch(im2col_kernel<__nv_bfloat16>, grid, 256, 0, ex, *a);
+    else pdl_launch(im2col_kernel<float>, grid, 256, 0, ex, *a);
     return launch_status(ex, "im2col");
 }
 

@@ -76,7 +76,7 @@ static int setup_device(struct mimi_batch *b, int precision) {
     CK(cudaMalloc(&gb->workspace, WORKSPACE_BYTES), "cuBLAS workspace");
     if (cublasSetStream(gb->cublas, gb->stream) != CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(gb->cublas, gb->workspace, WORKSPACE_BYTES) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetMathMode(gb->cublas, precision == MIMI_PRECISION_FAST ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) !=
+        cublasSetMathMode(gb->cublas, precision != MIMI_PRECISION_STRICT ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) !=
             CUBLAS_STATUS_SUCCESS) {
         mimi_batch_error(b, "cuda: cuBLAS setup failed");
         return MIMI_EDEVICE;
