@@ -242,6 +242,8 @@ static void agg_print(struct agg a, const char *title, int top) {
     printf("\n");
 }
 
+static int warm_steps = STEADY_WARM;  // --warm: steps before the profiled ones
+
 // One profiled encode and decode step of B streams.
 static void profile(struct mimi_model *m, int B) {
     struct mimi_batch_params bp;
@@ -260,7 +262,7 @@ static void profile(struct mimi_model *m, int B) {
             fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
         }
         // steady state first: full attention rings
-        for (int k = 0; k < STEADY_WARM; k++)
+        for (int k = 0; k < warm_steps; k++)
             if (mimi_batch_encode(enc, B, slots, pcm, codes) || mimi_batch_decode(dec, B, slots, codes, out)) break;
         for (int dir = 0; dir < 2; dir++) {
             struct prof p = {0};
@@ -396,6 +398,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-streams") && i + 1 < argc) max_streams = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warm") && i + 1 < argc) warm_steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             const char *list = argv[++i];
             modes = (strstr(list, "strict") ? 1 : 0) | (strstr(list, "fast") ? 2 : 0) | (strstr(list, "bf16") ? 4 : 0);
@@ -407,7 +410,7 @@ int main(int argc, char **argv) {
             return rc ? 1 : 0;
         }
         else {
-            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16] [--profile B] | "
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16] [--profile B [--warm N]] | "
                             "--write-model PATH\n", argv[0]);
             return 2;
         }
