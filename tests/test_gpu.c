@@ -189,6 +189,34 @@ static void test_fast_wide(void) {
     static int32_t strict_codes[WIDE_F * WIDE * N_Q], codes[WIDE_F * WIDE * N_Q];
     static float strict_pcm[WIDE_F * WIDE * FRAME], pcm[WIDE_F * WIDE * FRAME];
     wide_run(gpu, strict_codes, NULL, strict_pcm);
+    // strict at this width (im2col and cuBLAS) against lone streams (the direct kernels)
+    const int probe[3] = {0, 37, WIDE - 1};
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    int equal = 0;
+    double worst = 0;
+    for (int i = 0; i < 3; i++) {
+        const int s = probe[i];
+        struct mimi_encoder *e = mimi_encoder_create(gpu, &sp, NULL);
+        struct mimi_decoder *d = mimi_decoder_create(gpu, &sp, NULL);
+        for (int f = 0; f < WIDE_F && e && d; f++) {
+            int32_t c[N_Q];
+            static float p[FRAME];
+            const int32_t *wc = strict_codes + ((size_t)f * WIDE + s) * N_Q;
+            CHECK_EQ(mimi_encoder_step(e, clip + ((size_t)(s % 24) + f) * FRAME, c), MIMI_OK);
+            for (int q = 0; q < N_Q; q++) equal += c[q] == wc[q];
+            CHECK_EQ(mimi_decoder_step(d, wc, p), MIMI_OK);
+            double err = rel_l2(strict_pcm + ((size_t)f * WIDE + s) * FRAME, p, FRAME);
+            if (err > worst) worst = err;
+        }
+        mimi_encoder_destroy(e);
+        mimi_decoder_destroy(d);
+    }
+    printf("  strict, %d slots vs lone streams: codes equal %d/%d, worst frame pcm rel_l2 %.3e\n", WIDE, equal,
+           3 * WIDE_F * N_Q, worst);
+    CHECK(equal >= 3 * WIDE_F * N_Q * 995 / 1000);
+    CHECK(worst <= 1e-5);
     struct mimi_model *modes[2] = {gpu_fast, gpu_bf16};
     const char *names[2] = {"fast (TF32)", "fast (bf16)"};
     for (int i = 0; i < 2; i++) {
