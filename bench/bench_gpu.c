@@ -1,12 +1,12 @@
 /*
  * bench_gpu.c - the CUDA backend's speed: one stream's latency per frame, the number of
  * concurrent real-time streams (the largest batch whose encode + decode step stays under 80 ms
- * at p99), throughput in multiples of real time, each in strict (f32), fast (TF32) and fast bf16
- * modes, with ratios to the floors and to the reference implementation's figures, a per-op
+ * at p99), throughput in multiples of real time, each in strict (f32), fast (TF32) and fast with
+ * bfloat16 KV rings, with ratios to the floors and to the reference implementation's figures, a per-op
  * profile and the fast modes' fidelity against strict. Not part of the library; bench_stream.c
  * is the CPU's.
  *
- * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16]
+ * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv]
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -244,7 +244,7 @@ static void agg_print(struct agg a, const char *title, int top) {
 
 static int warm_steps = STEADY_WARM;  // --warm: steps before the profiled ones
 
-// One profiled encode and decode step of B streams.
+// One profiled encode and decode step of B streams (after --warm steps; default: rings full).
 static void profile(struct mimi_model *m, int B) {
     struct mimi_batch_params bp;
     mimi_batch_params_default(&bp);
@@ -401,7 +401,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--warm") && i + 1 < argc) warm_steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             const char *list = argv[++i];
-            modes = (strstr(list, "strict") ? 1 : 0) | (strstr(list, "fast") ? 2 : 0) | (strstr(list, "bf16") ? 4 : 0);
+            modes = (strstr(list, "strict") ? 1 : 0) | (strstr(list, "fast") ? 2 : 0) | (strstr(list, "bf16kv") ? 4 : 0);
         }
         else if (!strcmp(argv[i], "--write-model") && i + 1 < argc) {
             char err[256];
@@ -410,7 +410,7 @@ int main(int argc, char **argv) {
             return rc ? 1 : 0;
         }
         else {
-            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16] [--profile B [--warm N]] | "
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--profile B [--warm N]] | "
                             "--write-model PATH\n", argv[0]);
             return 2;
         }
@@ -428,7 +428,7 @@ int main(int argc, char **argv) {
         }
     }
     printf("libmimi %s, CUDA backend, model %s\n", mimi_version_string(), path);
-    static const char *names[3] = {"strict (f32)", "fast (TF32)", "fast (bf16)"};
+    static const char *names[3] = {"strict (f32)", "fast (TF32)", "fast (TF32, bf16 KV)"};
     struct mimi_model *models[3] = {NULL, NULL, NULL};
     for (int i = 0; i < 3; i++)
         if (modes & (1 << i) || i == MIMI_PRECISION_STRICT) {

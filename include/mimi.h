@@ -166,17 +166,17 @@ enum mimi_backend {
  * STRICT: f32 everywhere; matrix products accumulate in f32 without TF32.
  * FAST: matrix products on TF32 tensor cores (inputs rounded to a 10-bit mantissa, f32
  * accumulation), everything else as STRICT. Faster with many streams, a little less faithful.
- * FAST_BF16: matrix products on bfloat16 tensor cores (inputs rounded to an 8-bit mantissa, f32
- * accumulation) and the transformers' attention rings stored in bfloat16, which halves their
- * memory (the largest part of a stream's state) and the bytes attention reads; everything else
- * as STRICT. The most streams per GPU, the least faithful of the three.
+ * FAST_BF16_KV: FAST, with the transformers' attention (key/value) rings stored in bfloat16
+ * (rounded to nearest even when stored, read back as f32). The rings are the largest part of a
+ * stream's device state: this halves a stream's memory (about 23.5 MB to 15 MB per encode and
+ * decode pair), so a GPU holds the most streams, and attention reads half the bytes.
  * Products small enough for the bandwidth-bound kernel (one stream's transformer rows, the late
  * SEANet layers) stay f32 in every mode. The measured code agreement and PCM error of each mode
  * against STRICT are in bench/results/ (mimi-bench-gpu prints them). */
 enum mimi_precision {
     MIMI_PRECISION_STRICT = 0,
     MIMI_PRECISION_FAST = 1,
-    MIMI_PRECISION_FAST_BF16 = 2,
+    MIMI_PRECISION_FAST_BF16_KV = 2,
 };
 
 struct mimi_model_params {

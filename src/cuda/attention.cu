@@ -7,7 +7,7 @@
  * is -1 (0xFFFFFFFF) until written, so a fresh ring never aliases position 0. All keys of a step
  * are stored before any query runs, like the reference.
  *
- * Ring storage: f32, or bfloat16 with kv_bf16 (MIMI_PRECISION_FAST_BF16), read by the one-pass
+ * Ring storage: f32, or bfloat16 with kv_bf16 (MIMI_PRECISION_FAST_BF16_KV), read by the one-pass
  * kernel only; arithmetic is f32 either way.
  */
 #include <cuda_bf16.h>
@@ -22,6 +22,21 @@ template <typename T>
 static __device__ __forceinline__ T *slot_ring(void *ring, size_t slot_stride, int slot) {
     return (T *)((char *)ring + sizeof(float) * slot_stride * (size_t)slot);
 }
+
+// Four consecutive ring values as f32: one 16-byte load (f32) or one 8-byte load (bfloat16,
+// whose bits are the high half of the f32 they stand for).
+template <typename T> struct ring4;
+template <> struct ring4<float> {
+    typedef float4 unit;
+    static __device__ __forceinline__ float4 get(float4 v) { return v; }
+};
+template <> struct ring4<__nv_bfloat16> {
+    typedef uint2 unit;
+    static __device__ __forceinline__ float4 get(uint2 v) {
+        return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                           __uint_as_float(v.y & 0xffff0000u));
+    }
+};
 
 // ---- positions ----
 
@@ -231,59 +246,22 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 #define ATTF_WARPS 8
 #define ATTF_HD GPU_ATT_ONEPASS_HD
 
-// A lane's share of a key or value row: V values, one load (16 lanes per row: 16 bytes per lane
-// in f32, 8 in bfloat16, whose bits are the high half of the f32 they stand for). Eight lanes
-// per bfloat16 row with 16-byte loads measured slower: the registers it takes cost occupancy.
-template <typename T> struct lane_vals;
-template <> struct lane_vals<float> {
-    enum { V = 4 };
-    static __device__ __forceinline__ void load(const float *row, int li, float *out) {
-        const float4 v = ((const float4 *)row)[li];
-        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-    }
-};
-template <> struct lane_vals<__nv_bfloat16> {
-    enum { V = 4 };
-    static __device__ __forceinline__ void load(const __nv_bfloat16 *row, int li, float *out) {
-        const uint2 v = ((const uint2 *)row)[li];
-        out[0] = __uint_as_float(v.x << 16), out[1] = __uint_as_float(v.x & 0xffff0000u);
-        out[2] = __uint_as_float(v.y << 16), out[3] = __uint_as_float(v.y & 0xffff0000u);
-    }
-};
-
-// Online-softmax state of one query over a share of the keys: running maximum m, sum l and
-// weighted value sum acc (this lane's V dims).
-template <int V> struct online {
-    float m, l, acc[V];
-};
-
-// (a, b) merged in that order: the same arithmetic in every lane that merges the pair.
-template <int V> static __device__ __forceinline__ online<V> merge(const online<V> &a, const online<V> &b) {
-    online<V> o;
-    o.m = fmaxf(a.m, b.m);
-    const float ca = o.m == -INFINITY ? 0.0f : expf(a.m - o.m), cb = o.m == -INFINITY ? 0.0f : expf(b.m - o.m);
-    o.l = a.l * ca + b.l * cb;
-#pragma unroll
-    for (int i = 0; i < V; i++) o.acc[i] = a.acc[i] * ca + b.acc[i] * cb;
-    return o;
-}
-
-// One block per (row, head, group of MAXS queries), ATTF_WARPS warps each owning a contiguous
-// share of the ring. A warp reads G = 32 / L keys at a time (L lanes per key row, 16 bytes per
-// lane) together with the same value rows, four such groups per round so that 8 loads per lane
-// are in flight, and keeps an online softmax per query. The G lane groups of a warp, then the
-// warps, are merged in a fixed order. Keys and values are read once; the result differs from the
-// two-pass kernel above only in rounding. T: the rings' element type.
+// One block per (row, head), ATTF_WARPS warps each owning a contiguous share of the ring. A warp
+// reads two keys at a time (a half-warp per key, a float4 of its row per lane) together with the
+// same two value rows, four pairs per round so that 8 loads per lane are in flight, and keeps a
+// running maximum, sum and weighted value sum per step (the online softmax). Halves and warps are
+// then merged in a fixed order. Keys and values are read once, in one pass; the result differs
+// from the two-pass kernel above only in rounding. T: the rings' element type.
 template <int MAXS, typename T>
 static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kernel(const struct op_attention a) {
+    typedef typename ring4<T>::unit unit;
     pdl_begin();
-    enum { V = lane_vals<T>::V, L = ATTF_HD / V, G = 32 / L };
     __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
     __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
     // this block's queries: steps s0 .. s0 + steps - 1 of the row
     const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * MAXS, steps = min(MAXS, a.steps - s0);
     const int d = a.d, ring = a.ring;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / L, li = lane % L;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
     const int slot = a.row_slot[r];
     float *out = a.out + ((size_t)r * a.steps + s0) * d + (size_t)h * ATTF_HD;
     if (slot < 0) {
@@ -301,92 +279,85 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kern
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base];
     const int32_t *positions = a.positions + base;
-    const T *keys = slot_ring<T>(a.keys, a.slot_stride, slot) + (size_t)h * ATTF_HD;
-    const T *values = slot_ring<T>(a.values, a.slot_stride, slot) + (size_t)h * ATTF_HD;
+    const unit *keys = (const unit *)(slot_ring<T>(a.keys, a.slot_stride, slot) + (size_t)h * ATTF_HD) + li;
+    const unit *values = (const unit *)(slot_ring<T>(a.values, a.slot_stride, slot) + (size_t)h * ATTF_HD) + li;
+    const int d4 = d / 4;
     const float scale = 1.0f / sqrtf((float)ATTF_HD);
-    float q[MAXS][V];
-    online<V> st[MAXS];
+    float4 q[MAXS], acc[MAXS];
+    float m[MAXS], l[MAXS];
 #pragma unroll
     for (int s = 0; s < MAXS; s++) {
-        const float *qs = a.qkv + ((size_t)r * a.steps + s0 + s) * 3 * d + (size_t)h * ATTF_HD + li * V;
-#pragma unroll
-        for (int i = 0; i < V; i++) q[s][i] = s < steps ? qs[i] : 0.0f;
-        st[s].m = -INFINITY;
-        st[s].l = 0.0f;
-#pragma unroll
-        for (int i = 0; i < V; i++) st[s].acc[i] = 0.0f;
+        q[s] = s < steps ? *((const float4 *)(a.qkv + ((size_t)r * a.steps + s0 + s) * 3 * d + (size_t)h * ATTF_HD) + li)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        acc[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        m[s] = -INFINITY;
+        l[s] = 0.0f;
     }
     const int share = (ring + ATTF_WARPS - 1) / ATTF_WARPS;
     const int j_begin = warp * share, j_end = min(ring, j_begin + share);
-    for (int j0 = j_begin; j0 < j_end; j0 += 4 * G) {
-        float kv[4][V], vv[4][V];
+    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
+        float4 kv[4], vv[4];
         int32_t pk[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int j = j0 + G * u + grp;
-            pk[u] = j < j_end ? positions[j] : -1;
-            if (j < j_end) {
-                lane_vals<T>::load(keys + (size_t)j * d, li, kv[u]);
-                lane_vals<T>::load(values + (size_t)j * d, li, vv[u]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < V; i++) kv[u][i] = vv[u][i] = 0.0f;
-            }
+            const int j = j0 + 2 * u + half;
+            const bool in = j < j_end;
+            kv[u] = in ? ring4<T>::get(keys[(size_t)j * d4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            vv[u] = in ? ring4<T>::get(values[(size_t)j * d4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            pk[u] = in ? positions[j] : -1;
         }
 #pragma unroll
         for (int s = 0; s < MAXS; s++) {
             if (s >= steps) break;
-            float sc[4], mx = st[s].m;
+            float sc[4], mx = m[s];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                float dot = 0.0f;
+                float dot = q[s].x * kv[u].x + q[s].y * kv[u].y + q[s].z * kv[u].z + q[s].w * kv[u].w;
 #pragma unroll
-                for (int i = 0; i < V; i++) dot += q[s][i] * kv[u][i];
-#pragma unroll
-                for (int off = L / 2; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                for (int off = 8; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
                 const int32_t age = pos0 + s0 + s - pk[u];
                 sc[u] = pk[u] >= 0 && age >= 0 && age < a.context ? dot * scale : -INFINITY;
                 mx = fmaxf(mx, sc[u]);
             }
-            // nothing visible yet in this group: no change (selects, no branch around the shuffles)
+            // nothing visible yet in this half: no change (selects, no branch around the shuffles)
             const bool any = mx != -INFINITY;
-            const float c = any ? expf(st[s].m - mx) : 1.0f;
-            float ls = st[s].l * c;
-#pragma unroll
-            for (int i = 0; i < V; i++) st[s].acc[i] *= c;
+            const float c = any ? expf(m[s] - mx) : 1.0f;
+            float4 ac = make_float4(acc[s].x * c, acc[s].y * c, acc[s].z * c, acc[s].w * c);
+            float ls = l[s] * c;
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const float p = any ? expf(sc[u] - mx) : 0.0f;
                 ls += p;
-#pragma unroll
-                for (int i = 0; i < V; i++) st[s].acc[i] += p * vv[u][i];
+                ac.x += p * vv[u].x, ac.y += p * vv[u].y, ac.z += p * vv[u].z, ac.w += p * vv[u].w;
             }
-            st[s].l = ls;
-            st[s].m = mx;
+            acc[s] = ac;
+            l[s] = ls;
+            m[s] = mx;
         }
     }
-    // merge the lane groups of the warp (pairs at distance L, 2L, ...: both lanes of a pair
-    // compute the lower group's terms first, so they hold the same sums), then the warps
+    // merge the two halves of the warp, then the warps through shared memory
 #pragma unroll
     for (int s = 0; s < MAXS; s++) {
         if (s >= steps) break;
-#pragma unroll
-        for (int off = L; off < 32; off <<= 1) {
-            online<V> o;
-            o.m = __shfl_xor_sync(0xffffffffu, st[s].m, off);
-            o.l = __shfl_xor_sync(0xffffffffu, st[s].l, off);
-#pragma unroll
-            for (int i = 0; i < V; i++) o.acc[i] = __shfl_xor_sync(0xffffffffu, st[s].acc[i], off);
-            st[s] = lane & off ? merge(o, st[s]) : merge(st[s], o);
-        }
-        if (grp == 0) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m[s], 16), lo = __shfl_xor_sync(0xffffffffu, l[s], 16);
+        float4 ao;
+        ao.x = __shfl_xor_sync(0xffffffffu, acc[s].x, 16);
+        ao.y = __shfl_xor_sync(0xffffffffu, acc[s].y, 16);
+        ao.z = __shfl_xor_sync(0xffffffffu, acc[s].z, 16);
+        ao.w = __shfl_xor_sync(0xffffffffu, acc[s].w, 16);
+        const float mm = fmaxf(m[s], mo);
+        // half 0 takes its own terms first, so both halves hold the same sums
+        const float c0 = mm == -INFINITY ? 0.0f : expf((half ? mo : m[s]) - mm);
+        const float c1 = mm == -INFINITY ? 0.0f : expf((half ? m[s] : mo) - mm);
+        const float l0 = half ? lo : l[s], l1 = half ? l[s] : lo;
+        const float4 a0 = half ? ao : acc[s], a1 = half ? acc[s] : ao;
+        if (half == 0) {
             if (li == 0) {
-                sm_m[warp][s] = st[s].m;
-                sm_l[warp][s] = st[s].l;
+                sm_m[warp][s] = mm;
+                sm_l[warp][s] = l0 * c0 + l1 * c1;
             }
-            float *acc = (float *)sm_acc[warp][s] + li * V;
-#pragma unroll
-            for (int i = 0; i < V; i++) acc[i] = st[s].acc[i];
+            sm_acc[warp][s][li] = make_float4(a0.x * c0 + a1.x * c1, a0.y * c0 + a1.y * c1, a0.z * c0 + a1.z * c1,
+                                              a0.w * c0 + a1.w * c1);
         }
     }
     __syncthreads();

@@ -4,7 +4,6 @@
  * conv in one kernel for the small ones (one stream's SEANet); and the carry of the newest
  * history columns.
  */
-#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "direct.cuh"
@@ -22,51 +21,43 @@ static __device__ __forceinline__ float xin(const struct op_im2col &a, int i, in
     return a.hist[(size_t)slot * a.slot_stride + (size_t)i * a.H + j];
 }
 
-// The matrix im2col writes: f32, or bfloat16 for a bf16 product.
-static __device__ __forceinline__ void put(float *col, size_t at, float v) { col[at] = v; }
-static __device__ __forceinline__ void put(__nv_bfloat16 *col, size_t at, float v) { col[at] = __float2bfloat16_rn(v); }
-
 // col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (one
 // more for the row of ones), x the output columns; each thread writes its column's K taps, so the
 // index arithmetic is done once per K values and consecutive threads write consecutive columns.
-template <typename T>
 static __global__ void im2col_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        T *col = (T *)a.col + (size_t)i * a.K * N;
+        float *col = a.col + (size_t)i * a.K * N;
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
             if (i == a.c_in) {
-                put(col, n, 1.0f);
+                col[n] = 1.0f;
                 continue;
             }
             const unsigned r = n / To, t = n - r * To;
-            for (int k = 0; k < a.K; k++) put(col, (size_t)k * N + n, xin(a, i, r, t * a.S + k));
+            for (int k = 0; k < a.K; k++) col[(size_t)k * N + n] = xin(a, i, r, t * a.S + k);
         }
     }
 }
 
-// The same from the input side, for many columns: a thread per column j of [hist | f(x)] of
-// channel i and row r computes f once (the ELU is most of an element's instructions) and stores
-// it to each of the K / S taps that read it: (k, t) with t*S + k = j. Every element of col is
-// written once, with the value the kernels above give it.
-template <typename T>
-static __global__ void im2col_scatter_kernel(const struct op_im2col a) {
+// The same with four consecutive columns per thread (one row r: T_out is a multiple of 4), each
+// tap written as one 16-byte store: a quarter of the store instructions of the kernel above.
+static __global__ void im2col4_kernel(const struct op_im2col a) {
     pdl_begin();
-    const unsigned To = a.T / a.S, N = (unsigned)a.R * To, W = a.H + a.T, total = (unsigned)a.R * W;
+    const unsigned To = a.T / a.S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        T *col = (T *)a.col + (size_t)i * a.K * N;
-        if (i == a.c_in) {
-            for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) put(col, n, 1.0f);
-            continue;
-        }
-        for (unsigned g = blockIdx.x * blockDim.x + threadIdx.x; g < total; g += gridDim.x * blockDim.x) {
-            const unsigned r = g / W, j = g - r * W;
-            const float v = xin(a, i, r, (int)j);
-            // t from ceil((j - K + 1) / S) (at least 0) to floor(j / S) (at most To - 1)
-            const unsigned t_lo = j + 1 > (unsigned)a.K ? (j + a.S - a.K) / a.S : 0u;
-            const unsigned t_hi = min(j / a.S, To - 1);
-            for (unsigned t = t_lo; t <= t_hi; t++) put(col, (size_t)(j - t * a.S) * N + r * To + t, v);
+        float4 *col = (float4 *)(a.col + (size_t)i * a.K * N);
+        for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
+            if (i == a.c_in) {
+                col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                continue;
+            }
+            const unsigned n = 4 * n4, r = n / To, t = n - r * To;
+            for (int k = 0; k < a.K; k++) {
+                const int j = (int)t * a.S + k;
+                col[(size_t)k * N4 + n4] = make_float4(xin(a, i, r, j), xin(a, i, r, j + a.S), xin(a, i, r, j + 2 * a.S),
+                                                       xin(a, i, r, j + 3 * a.S));
+            }
         }
     }
 }
@@ -74,19 +65,17 @@ static __global__ void im2col_scatter_kernel(const struct op_im2col a) {
 static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     const size_t N = (size_t)a->R * (a->T / a->S);
     const int rows = a->c_in + a->ones;
-    // from the input side only where there are many columns: at one stream (N <= 1920) the
-    // one-thread-per-column kernel below is faster (fewer, longer threads measured slower there)
-    if (N >= 32768) {
-        dim3 grid(grid_for((size_t)a->R * (a->H + a->T), 256), rows < 65535 ? rows : 65535);
+    // four columns per thread only where there are many columns: at one stream (N <= 1920) it
+    // leaves too few threads to hide the loads (measured slower)
+    if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
+        dim3 grid(grid_for(N / 4, 256), rows < 65535 ? rows : 65535);
         if (grid.x > 65535) grid.x = 65535;
-        if (a->col_bf16) pdl_launch(im2col_scatter_kernel<__nv_bfloat16>, grid, 256, 0, ex, *a);
-        else pdl_launch(im2col_scatter_kernel<float>, grid, 256, 0, ex, *a);
+        pdl_launch(im2col4_kernel, grid, 256, 0, ex, *a);
         return launch_status(ex, "im2col");
     }
     dim3 grid(grid_for(N, 256), rows < 65535 ? rows : 65535);
     if (grid.x > 65535) grid.x = 65535;
-    if (a->col_bf16) pdl_launch(im2col_kernel<__nv_bfloat16>, grid, 256, 0, ex, *a);
-    else pdl_launch(im2col_kernel<float>, grid, 256, 0, ex, *a);
+    pdl_launch(im2col_kernel, grid, 256, 0, ex, *a);
     return launch_status(ex, "im2col");
 }
 

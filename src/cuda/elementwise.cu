@@ -6,8 +6,6 @@
  * Additions and products use explicit round-to-nearest intrinsics where the CPU reference rounds
  * each operation separately, so that no fused multiply-add changes the result.
  */
-#include <cuda_bf16.h>
-
 #include "common.cuh"
 
 // ---- bias, activations, residual ----
@@ -18,27 +16,22 @@ static __global__ void pointwise_kernel(const struct op_pointwise a) {
     const int rows = a.channels + (a.mode == EW_ELU_ONES);
     for (int c = blockIdx.y; c < rows; c += gridDim.y) {
         float *y = a.y + (size_t)c * a.cols, *x = a.x ? a.x + (size_t)c * a.cols : NULL;
-        __nv_bfloat16 *y16 = a.out16 ? (__nv_bfloat16 *)a.out16 + (size_t)c * a.cols : NULL;
         const float b = a.bias && c < a.channels ? a.bias[c] : 0.0f;
         for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < a.cols; j += (size_t)gridDim.x * blockDim.x) {
-            float v = c < a.channels ? y[j] : 0.0f, out;
+            float v = y[j];
             switch (a.mode) {
-            case EW_BIAS: y[j] = __fadd_rn(v, b); continue;
-            case EW_BIAS_ELU: y[j] = elu_f(__fadd_rn(v, b)); continue;
-            case EW_RESIDUAL: x[j] = __fadd_rn(x[j], __fadd_rn(v, b)); continue;
-            case EW_GELU: y[j] = gelu_f(v); continue;
-            case EW_ELU: out = elu_f(v); break;
-            case EW_ELU_ONES: out = c < a.channels ? elu_f(v) : 1.0f; break;
-            default: out = v; break;  // EW_COPY
+            case EW_BIAS: y[j] = __fadd_rn(v, b); break;
+            case EW_BIAS_ELU: y[j] = elu_f(__fadd_rn(v, b)); break;
+            case EW_RESIDUAL: x[j] = __fadd_rn(x[j], __fadd_rn(v, b)); break;
+            case EW_ELU: y[j] = elu_f(v); break;
+            case EW_ELU_ONES: y[j] = c < a.channels ? elu_f(v) : 1.0f; break;
+            case EW_GELU: y[j] = gelu_f(v); break;
             }
-            if (y16) y16[j] = __float2bfloat16_rn(out);
-            else y[j] = out;
         }
     }
 }
 
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
-    if (a->mode == EW_COPY && !a->out16) return MIMI_EINVAL;
     const int rows = a->channels + (a->mode == EW_ELU_ONES);
     dim3 grid(grid_for(a->cols, 256), rows < 65535 ? rows : 65535);
     if (grid.x > 65535) grid.x = 65535;

@@ -6,10 +6,9 @@
  * memory bandwidth: a split-K kernel streams the weight rows with all warps of the chip and
  * keeps the few small-side columns in registers. Everything else goes to cuBLAS. Strict mode
  * accumulates in f32 with CUBLAS_COMPUTE_32F (no TF32); fast mode lets cuBLAS use TF32 tensor
- * cores (CUBLAS_COMPUTE_32F_FAST_TF32: 10-bit mantissa inputs, f32 accumulation), and so does
- * fast bf16 mode, except for the SEANet products whose operands the plan stores in bfloat16
- * (op_gemm.bf16: bf16 tensor cores, f32 accumulation and output). The skinny kernel is f32 in
- * every mode. The cuBLAS handle is the batch's, bound to its stream and its own
+ * cores in both fast modes (CUBLAS_COMPUTE_32F_FAST_TF32: 10-bit mantissa inputs, f32
+ * accumulation; CUBLAS_COMPUTE_32F_FAST_16BF measured no faster on these products, whose f32
+ * operands stay in memory either way); the skinny kernel is f32 in every mode. The cuBLAS handle is the batch's, bound to its stream and its own
  * workspace (cuda_batch.cu), so the calls can be captured into a graph.
  * Reference: mimi_matmul_nt in src/nn/ops_ref.c.
  */
@@ -193,7 +192,7 @@ static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
 
 static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
     struct skinny s;
-    if (!g->bf16 && as_skinny(g, &s)) return launch_skinny(&s, ex);
+    if (as_skinny(g, &s)) return launch_skinny(&s, ex);
     if (g->ln_w) {
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: a LayerNorm operand needs the skinny kernel");
         return MIMI_EINVAL;
@@ -203,15 +202,14 @@ static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
         return MIMI_EINVAL;
     }
     const float alpha = 1.0f, beta = g->beta;
-    const cublasComputeType_t compute = g->bf16 || ex->precision == MIMI_PRECISION_STRICT ? CUBLAS_COMPUTE_32F
-                                                                                          : CUBLAS_COMPUTE_32F_FAST_TF32;
-    const cudaDataType_t in = g->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t compute = ex->precision == MIMI_PRECISION_STRICT ? CUBLAS_COMPUTE_32F
+                                                                               : CUBLAS_COMPUTE_32F_FAST_TF32;
     cublasStatus_t st = cublasGemmEx((cublasHandle_t)ex->cublas, g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a, in,
-                                     g->lda, g->b, in, g->ldb, &beta, g->c, CUDA_R_32F, g->ldc, compute,
-                                     CUBLAS_GEMM_DEFAULT);
+                                     g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a,
+                                     CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,
+                                     g->ldc, compute, CUBLAS_GEMM_DEFAULT);
     if (st == CUBLAS_STATUS_SUCCESS && g->gelu) {
-        struct op_pointwise gelu = {g->c, NULL, NULL, 1, (size_t)g->m * g->n, EW_GELU, NULL};
+        struct op_pointwise gelu = {g->c, NULL, NULL, 1, (size_t)g->m * g->n, EW_GELU};
         return mimi_cuda_pointwise(&gelu, ex);
     }
     if (st == CUBLAS_STATUS_SUCCESS) return MIMI_OK;

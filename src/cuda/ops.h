@@ -60,13 +60,12 @@ struct gpu_split {
 // its first column f(x[i, r, 0]) as history.
 struct op_im2col {
     const float *x;          // (c_in, R, T)
-    float *col;              // (c_in*K + ones, R*T/S); bfloat16 values with col_bf16
+    float *col;              // (c_in*K + ones, R*T/S)
     const float *hist;       // slot 0's history (c_in, H); NULL when H = 0
     const int32_t *started;  // slot 0's started flag
     const int32_t *row_slot; // (R)
     size_t slot_stride;
     int c_in, K, S, H, T, R, elu, replicate, ones;
-    int col_bf16;            // col is written in bfloat16 (round to nearest even) for a bf16 product
 };
 int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 
@@ -96,8 +95,6 @@ int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 #define GPU_SKINNY_MAX 16
 
 // Column-major C (m, n) = op(A) op(B) + beta C, op = transpose when trans*, f32 accumulation.
-// With bf16, A and B hold bfloat16 values (leading dimensions still count elements) and the
-// product runs on bfloat16 tensor cores through cuBLAS (never the skinny kernel).
 struct op_gemm {
     int transa, transb, m, n, k;
     const float *a;
@@ -116,7 +113,6 @@ struct op_gemm {
     const float *ln_x, *ln_y, *ln_scale, *ln_w, *ln_b;
     float *ln_out;
     float ln_eps;
-    int bf16;
 };
 #define GPU_LN_MAX_FLOATS 8192
 int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
@@ -130,11 +126,9 @@ enum {
     EW_ELU = 3,       // y = elu(y)
     EW_GELU = 4,      // y = gelu(y), exact erf form
     EW_ELU_ONES = 5,  // y = elu(y), and row `channels` of y (one past the last) = 1.0
-    EW_COPY = 6,      // out16 = y (bfloat16)
 };
 
-// y, x: (channels, cols). With out16 (EW_ELU, EW_ELU_ONES) the result goes to out16 in bfloat16
-// (round to nearest even, same indexing) and y is left as it is: a bf16 product's operand.
+// y, x: (channels, cols).
 struct op_pointwise {
     float *y;
     float *x;
@@ -142,7 +136,6 @@ struct op_pointwise {
     int channels;
     size_t cols;
     int mode;
-    void *out16;
 };
 int mimi_cuda_pointwise(const struct op_pointwise *a, struct gpu_exec *ex);
 

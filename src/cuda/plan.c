@@ -84,76 +84,41 @@ static void rope_table(float *out, const struct transformer *t) {
 
 int gpu_conv_ld(int k) { return (k + 3) & ~3; }
 
-uint16_t gpu_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(u >> 16 | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7FFFu + (u >> 16 & 1u)) >> 16);
-}
-
-// Keeps a host copy made for mapping (freed by gpu_weights_release); NULL when full.
-static void *own(struct gpu_weights *w, void *p) {
-    if (p && w->n_owned < (int)(sizeof w->owned / sizeof w->owned[0])) return w->owned[w->n_owned++] = p;
-    free(p);
-    return NULL;
-}
-
 // A conv's weight (c_out, c_in*K) with its bias appended as column c_in*K (zeros without bias),
 // so that the product over an im2col matrix with a row of ones adds the bias. Rows are padded
-// with zeros to gpu_conv_ld(c_in*K + 1) floats (16-byte aligned rows). Host copy.
-static float *pack_with_bias(struct gpu_weights *w, const struct mimi_conv *c) {
+// with zeros to gpu_conv_ld(c_in*K + 1) floats (16-byte aligned rows).
+static const float *map_with_bias(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
     const size_t ck = (size_t)c->c_in * c->kernel, ld = (size_t)gpu_conv_ld((int)ck + 1);
-    float *packed = own(w, calloc(ld * c->c_out, sizeof(float)));
-    for (int o = 0; packed && o < c->c_out; o++) {
+    float *packed = calloc(ld * c->c_out, sizeof(float));
+    if (!packed || w->n_owned == (int)(sizeof w->owned / sizeof w->owned[0])) {
+        free(packed);
+        return NULL;
+    }
+    w->owned[w->n_owned++] = packed;
+    for (int o = 0; o < c->c_out; o++) {
         memcpy(packed + o * ld, c->weight + o * ck, sizeof(float) * ck);
         packed[o * ld + ck] = c->bias ? c->bias[o] : 0.0f;
     }
-    return packed;
+    return map(ctx, packed, ld * c->c_out);
 }
 
-// n values as bfloat16 (gpu_bf16), mapped as (n + 1) / 2 floats; NULL on failure.
-static const float *map_bf16(struct gpu_weights *w, const float *src, size_t n, gpu_map_fn map, void *ctx) {
-    uint16_t *h = own(w, calloc(n + 1, sizeof(uint16_t)));
-    if (!h) return NULL;
-    for (size_t i = 0; i < n; i++) h[i] = gpu_bf16(src[i]);
-    return map(ctx, (const float *)h, (n + 1) / 2);
-}
-
-// Maps n floats of `host`, and their bfloat16 copy to *bf16 when `bf16` is set; 0 on failure.
-static int map_conv(struct gpu_weights *w, const float *host, size_t n, int bf16, const float **f32,
-                    const float **b16, gpu_map_fn map, void *ctx) {
-    *f32 = host ? map(ctx, host, n) : NULL;
-    if (bf16 && host) *b16 = map_bf16(w, host, n, map, ctx);
-    return *f32 && (!bf16 || *b16);
-}
-
-static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, int bf16,
-                       gpu_map_fn map, void *ctx) {
+static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, gpu_map_fn map,
+                       void *ctx) {
     for (int i = 0; i < s->n_layers; i++) {
         const struct seanet_layer *l = &s->layers[i];
         const struct mimi_conv *c = &l->conv;
-        int ok = 1;
         if (l->kind == SEANET_ELU) continue;
-        if (l->kind == SEANET_CONVTR && c->groups != 1) {
-            ok = map_conv(w, c->weight, (size_t)c->c_out * c->kernel, 0, &out[i].w, NULL, map, ctx);
-        } else if (l->kind == SEANET_CONVTR) {
+        if (l->kind == SEANET_CONVTR) {
             // a dense transposed conv runs as one product with its packed (c_out*K, c_in) weight
-            ok = map_conv(w, c->weight_t, (size_t)c->c_out * c->kernel * c->c_in, bf16, &out[i].w, &out[i].wb, map, ctx);
-        } else {
-            const size_t ld = (size_t)gpu_conv_ld(c->c_in * c->kernel + 1);
-            ok = map_conv(w, pack_with_bias(w, c), ld * c->c_out, bf16, &out[i].w, &out[i].wb, map, ctx);
-            if (ok && l->kind == SEANET_RESBLOCK) {
-                const size_t ld2 = (size_t)gpu_conv_ld(l->conv2.c_in * l->conv2.kernel + 1);
-                ok = map_conv(w, pack_with_bias(w, &l->conv2), ld2 * l->conv2.c_out, bf16, &out[i].w2, &out[i].w2b,
-                              map, ctx);
-            }
-        }
-        if (c->bias && l->kind == SEANET_CONVTR) {
-            int rc = ok ? MIMI_OK : MIMI_ENOMEM;
+            int rc = MIMI_OK;
+            MAP(out[i].w, c->groups == 1 ? c->weight_t : c->weight, (size_t)c->c_out * c->kernel * (c->groups == 1 ? c->c_in : 1));
             MAP(out[i].b, c->bias, c->c_out);
-            ok = !rc;
+            if (rc) return rc;
+            continue;
         }
-        if (!ok) return MIMI_ENOMEM;
+        out[i].w = map_with_bias(w, c, map, ctx);
+        if (l->kind == SEANET_RESBLOCK) out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
+        if (!out[i].w || (l->kind == SEANET_RESBLOCK && !out[i].w2)) return MIMI_ENOMEM;
     }
     return MIMI_OK;
 }
@@ -190,9 +155,8 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
     memset(w, 0, sizeof *w);
     rope_table(w->freq_host[0], &m->enc_tr);
     rope_table(w->freq_host[1], &m->dec_tr);
-    const int bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
-    rc = bind_seanet(w, w->enc, &m->encoder, bf16, map, ctx);
-    if (!rc) rc = bind_seanet(w, w->dec, &m->decoder, bf16, map, ctx);
+    rc = bind_seanet(w, w->enc, &m->encoder, map, ctx);
+    if (!rc) rc = bind_seanet(w, w->dec, &m->decoder, map, ctx);
     if (!rc) rc = bind_transformer(w->enc_tr, &m->enc_tr, map, ctx);
     if (!rc) rc = bind_transformer(w->dec_tr, &m->dec_tr, map, ctx);
     MAP(w->enc_freq, w->freq_host[0], m->enc_tr.head_dim / 2);
@@ -236,7 +200,6 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->d = m->latent_dim;
     L->frame_dim = m->frame_dim;
     L->ring = attention == MIMI_ATTENTION_RING && !m->exact_window ? tr->context : tr->context + L->steps;
-    L->bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
     L->in_per_row = encode ? L->frame : (codes ? n_codebooks : L->frame_dim) * frames;
     L->out_per_row = encode ? (codes ? n_codebooks : L->frame_dim) * frames : L->frame;
 
@@ -259,7 +222,6 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         } else if (l->kind == SEANET_CONVTR) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S));
             if (c->groups == 1) taps = maxz(taps, (size_t)c->c_out * K * T);
-            if (L->bf16) col = maxz(col, ((size_t)c->c_in * T + 1) / 2);  // its bfloat16 operand
             T *= S;
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_RESBLOCK) {
@@ -278,7 +240,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
     if (encode) col = maxz(col, ((size_t)rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
     // KV rings: f32, or two bfloat16 values per element
-    L->kv_bf16 = L->bf16 && tr->head_dim == GPU_ATT_ONEPASS_HD;
+    L->kv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16_KV && tr->head_dim == GPU_ATT_ONEPASS_HD;
     const size_t ring_elems = (size_t)L->ring * L->d / (L->kv_bf16 ? 2 : 1);
     for (int l = 0; l < tr->n_layers; l++) {
         L->st_keys[l] = take(&u, ring_elems);
@@ -366,12 +328,11 @@ static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int
     return g;
 }
 
-static struct op_pointwise *pointwise(struct builder *B, int mode, float *y, float *x, const float *bias,
-                                      int channels, size_t cols) {
-    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu", "copy"};
+static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
+                      size_t cols) {
+    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu"};
     struct op_pointwise *a = &emit(B, GOP_POINTWISE, names[mode])->u.pointwise;
-    *a = (struct op_pointwise){y, x, bias, channels, cols, mode, NULL};
-    return a;
+    *a = (struct op_pointwise){y, x, bias, channels, cols, mode};
 }
 
 static void transpose(struct builder *B, const float *in, float *out, int rows, int cols) {
@@ -420,19 +381,15 @@ static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c,
     const int K = c->kernel, S = c->stride, H = K - S;
     return (struct op_im2col){x, scratch(B, B->L->sc_col), H > 0 ? hist : NULL, B->started,
                               B->row_slot, B->L->slot_elems, c->c_in, K, S, H, T, B->R, elu,
-                              c->replicate_first, ones, 0};
+                              c->replicate_first, ones};
 }
-
-// Whether a product with m columns on its conv side runs on bfloat16 operands: the model's bf16
-// copy of the weight exists (MIMI_PRECISION_FAST_BF16) and the product goes to cuBLAS.
-static int bf16_product(const float *Wb, int m) { return Wb && m > GPU_SKINNY_MAX; }
 
 // y (c_out, R, T/S) = g(conv(f(x))) over [history | f(x)], f = ELU when `elu`, g = ELU when
 // `post_elu`, added to y when `accumulate`; then the newest history columns are carried. With
-// `with_bias`, W carries the bias as its last column (c_out, c_in*K + 1); Wb is its bfloat16 copy
-// or NULL. Large products run as im2col (with a row of ones for the bias) and one matrix product,
-// which takes post_elu = 0 and accumulate = 0 only.
-static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *Wb, int with_bias,
+// `with_bias`, W carries the bias as its last column (c_out, c_in*K + 1). Large products run as
+// im2col (with a row of ones for the bias) and one matrix product, which takes post_elu = 0 and
+// accumulate = 0 only.
+static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, int with_bias,
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
@@ -446,24 +403,15 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
     // im2col (ck, N) from [hist | f(x)], then carry the newest H columns into hist
     struct op_im2col a = conv_input(B, c, x, T, elu, hist, with_bias);
-    a.col_bf16 = bf16_product(Wb, N);
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
     if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
-    gemm(B, 0, 0, N, c->c_out, ck, a.col, N, a.col_bf16 ? Wb : W, ld, y, N, 0.0f)->bf16 = a.col_bf16;
+    gemm(B, 0, 0, N, c->c_out, ck, a.col, N, W, ld, y, N, 0.0f);
 }
 
-// y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), carrying each slot's tail; f = ELU when `elu`,
-// applied to x in place (or into a bfloat16 copy for a bf16 product, Wb set).
-static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *Wb,
-                        const float *bias, float *x, float *y, int T, float *tail, int elu) {
+// y (c_out, R, S*T) = convtr(x (c_in, R, T)), carrying each slot's tail.
+static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *bias,
+                        const float *x, float *y, int T, float *tail) {
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
-    const int bf16 = dense && bf16_product(Wb, N) &&
-                     !(K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in));
-    void *x16 = bf16 ? scratch(B, B->L->sc_col) : NULL;
-    if (elu || bf16) {
-        struct op_pointwise *p = &emit(B, GOP_POINTWISE, "elu")->u.pointwise;
-        *p = (struct op_pointwise){x, NULL, NULL, 1, (size_t)c->c_in * N, elu ? EW_ELU : EW_COPY, x16};
-    }
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
     if (dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
@@ -477,7 +425,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
         return;
     }
     // taps (c_out*K, N) = W_packed (c_out*K, c_in) . x (c_in, N)
-    if (dense) gemm(B, 0, 0, N, c->c_out * K, c->c_in, bf16 ? x16 : x, N, bf16 ? Wb : W, c->c_in, (float *)a.taps, N, 0.0f)->bf16 = bf16;
+    if (dense) gemm(B, 0, 0, N, c->c_out * K, c->c_in, x, N, W, c->c_in, (float *)a.taps, N, 0.0f);
     emit(B, GOP_CONVTR_OUT, "convtr_out")->u.convtr = a;
     if (K > S) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
 }
@@ -490,16 +438,13 @@ static void plan_resblock(struct builder *B, const struct seanet_layer *l, const
     float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
-        plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0);
-        plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1);
+        plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
+        plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);
         return;
     }
-    plan_conv(B, &l->conv, w->w, w->wb, 1, x, mid, T, 1, hist, 0, 0);
-    // the 1x1 conv's operand: elu(mid) and a row of ones, in place or as a bfloat16 copy
-    const int bf16 = bf16_product(w->w2b, N);
-    float *op = bf16 ? scratch(B, B->L->sc_col) : mid;
-    pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N)->out16 = bf16 ? op : NULL;
-    gemm(B, 0, 0, N, c, hid + 1, op, N, bf16 ? w->w2b : w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f)->bf16 = bf16;
+    plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 0, 0);
+    pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N);
+    gemm(B, 0, 0, N, c, hid + 1, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);
 }
 
 // Runs a SEANet stack over x (c_in, R, T); returns its output (c_out, R, T_out).
@@ -515,24 +460,20 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
         float *mem = B->L->st_conv[i] ? state(B, B->L->st_conv[i]) : NULL;
         switch (l->kind) {
         case SEANET_ELU:
-            // folded into the next conv's im2col or transposed conv when there is one, else applied
-            // in place
-            if (i + 1 < s->n_layers && (s->layers[i + 1].kind == SEANET_CONV || s->layers[i + 1].kind == SEANET_CONVTR))
-                pending_elu = 1;
+            // folded into the next conv's im2col when there is one, else applied in place
+            if (i + 1 < s->n_layers && s->layers[i + 1].kind == SEANET_CONV) pending_elu = 1;
             else if (in) pointwise(B, EW_ELU, in, NULL, NULL, 1, (size_t)l->channels_out * B->R * T);
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV:
-            plan_conv(B, c, w[i].w, w[i].wb, 1, src, act[cur], T, pending_elu, mem, 0, 0);
+            plan_conv(B, c, w[i].w, 1, src, act[cur], T, pending_elu, mem, 0, 0);
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;
             T /= c->stride;
             break;
         case SEANET_CONVTR:
-            if (!in && pending_elu) B->rc = MIMI_EUNSUPPORTED;  // x itself is read-only
-            plan_convtr(B, c, w[i].w, w[i].wb, w[i].b, in ? in : (float *)x, act[cur], T, mem, pending_elu);
-            pending_elu = 0;
+            plan_convtr(B, c, w[i].w, w[i].b, src, act[cur], T, mem);
             in = act[cur];
             cur ^= 1;
             T *= c->stride;
@@ -668,7 +609,7 @@ static void plan_encode(struct builder *B, const struct gpu_weights *w) {
     float *tr = scratch(B, L->sc_tr_out), *latent = scratch(B, L->sc_latent);
     if (sea) plan_transformer(B, &m->enc_tr, w->enc_tr, w->enc_freq, sea, tr);
     B->stage = "enc.downsample";
-    plan_conv(B, &m->downsample, w->down, NULL, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0);
+    plan_conv(B, &m->downsample, w->down, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0);
     B->stage = "enc.quantizer";
     if (m->quantizer.n_q > 0) plan_rvq_encode(B, &m->quantizer, w, latent, p->output);
     else transpose(B, latent, p->output, L->frame_dim, B->R * L->frames);
@@ -688,7 +629,7 @@ static void plan_decode(struct builder *B, const struct gpu_weights *w) {
     else gemm(B, 1, 0, B->R * L->frames, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
               latent, B->R * L->frames, 0.0f);
     B->stage = "dec.upsample";
-    plan_convtr(B, &m->upsample, w->up, NULL, NULL, latent, up, L->frames, state(B, L->st_resample), 0);
+    plan_convtr(B, &m->upsample, w->up, NULL, latent, up, L->frames, state(B, L->st_resample));
     B->stage = "dec.transformer";
     plan_transformer(B, &m->dec_tr, w->dec_tr, w->dec_freq, up, tr);
     B->stage = "dec.seanet";

@@ -20,17 +20,11 @@
 // Row stride of a conv weight with its bias column: k = c_in*K + 1 rounded up to 4 floats.
 int gpu_conv_ld(int k);
 
-// The bfloat16 nearest to x (round to nearest even, as __float2bfloat16_rn), as its bits.
-uint16_t gpu_bf16(float x);
-
 // One SEANet layer's weights: a conv with its bias as an extra column (c_out, gpu_conv_ld(c_in*K + 1)), a
 // dense transposed conv packed (c_out*K, c_in) with its bias `b`, or a depthwise one (c, K);
-// `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1). With MIMI_PRECISION_FAST_BF16,
-// wb and w2b are bfloat16 copies of w and w2 (same layout; NULL for a depthwise conv) for the
-// products on bf16 tensor cores.
+// `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1).
 struct gpu_conv_w {
     const float *w, *b, *w2;
-    const float *wb, *w2b;
 };
 
 struct gpu_layer_w {
@@ -49,7 +43,7 @@ struct gpu_weights {
     const float *codebooks, *norms;    // (n_q, bins, dim), (n_q, bins)
     const float *projection;           // (d, frame_dim) when the model has no quantizer
     float freq_host[2][GPU_MAX_HEAD_DIM / 2];  // the rotary tables before mapping
-    float *owned[8 * MIMI_MAX_SEANET_LAYERS];   // host copies made for mapping (packed, bf16)
+    float *owned[4 * MIMI_MAX_SEANET_LAYERS];   // host copies made for mapping (packed convs)
     int n_owned;
 };
 
@@ -71,8 +65,7 @@ struct gpu_layout {
     int direction, capacity, n_codebooks, attention;
     int frames;  // frames of one row per step: 1, or more for a whole-signal (offline) batch
     int ring, steps, frame, d, frame_dim, in_per_row, out_per_row;
-    int kv_bf16;  // attention rings in bfloat16 (MIMI_PRECISION_FAST_BF16)
-    int bf16;     // the SEANet products on bfloat16 operands (MIMI_PRECISION_FAST_BF16)
+    int kv_bf16;  // attention rings in bfloat16 (MIMI_PRECISION_FAST_BF16_KV)
     size_t slot_elems;
     size_t st_next_pos, st_started, st_positions, st_resample;
     size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];
