@@ -188,6 +188,12 @@ run encode --model "$MODEL" --isa sse9 "$T/one.wav" -o "$T/isa.npy"
 check "an unknown --isa is a usage error" eval 'rc_is 2 && stderr_has "--isa" && absent "$T/isa.npy"'
 run encode --model "$MODEL" --weights f8 "$T/one.wav" -o "$T/w.npy"
 check "an unknown --weights is a usage error" eval 'rc_is 2 && absent "$T/w.npy"'
+run encode --model "$MODEL" --precision half "$T/one.wav" -o "$T/p.npy"
+check "an unknown --precision is a usage error" eval 'rc_is 2 && stderr_has "strict, fast or bf16kv" && absent "$T/p.npy"'
+run encode --model "$MODEL" --precision fast "$T/one.wav" -o "$T/p.npy"
+check "--precision fast on the CPU is a usage error" eval 'rc_is 2 && stderr_has "--backend cuda" && absent "$T/p.npy"'
+run encode --model "$MODEL" --precision strict "$T/one.wav" -o "$T/p.npy"
+check "--precision strict runs on the CPU" eval 'rc_is 0 && test -s "$T/p.npy"'
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     run encode --model "$MODEL" --backend cuda "$T/one.wav" -o "$T/cuda.npy"
     check "--backend cuda without a GPU: one clear line, no output" eval \

@@ -164,6 +164,7 @@ struct mimi_model *cli_load_model(const char *path, const struct opts *o) {
         mp.backend = o->backend;
         mp.isa = o->isa;
         mp.weights = o->weights;
+        mp.precision = o->precision;
     }
     mp.log = log_to_stderr;
     int err = MIMI_OK;

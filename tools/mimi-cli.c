@@ -24,7 +24,7 @@ enum { CMD_ENCODE = 1, CMD_DECODE = 2, CMD_SYNTH = 4, CMD_ROUNDTRIP = 8, CMD_INF
 
 enum { OPT_OUTPUT, OPT_MODEL, OPT_CODEBOOKS, OPT_OFFLINE, OPT_THREADS, OPT_JOBS, OPT_FLOAT,
        OPT_RATE, OPT_CHANNELS, OPT_RAW, OPT_TEXT, OPT_FORMAT, OPT_ANY_MODEL, OPT_JSON, OPT_SEED,
-       OPT_NAMING, OPT_DTYPE, OPT_QUIET, OPT_BACKEND, OPT_ISA, OPT_WEIGHTS };
+       OPT_NAMING, OPT_DTYPE, OPT_QUIET, OPT_BACKEND, OPT_ISA, OPT_WEIGHTS, OPT_PRECISION };
 
 static const struct option_def {
     const char *name;
@@ -53,6 +53,7 @@ static const struct option_def {
     [OPT_BACKEND] = {"backend", 0, 1, CMD_CODEC},
     [OPT_ISA] = {"isa", 0, 1, CMD_CODEC},
     [OPT_WEIGHTS] = {"weights", 0, 1, CMD_CODEC},
+    [OPT_PRECISION] = {"precision", 0, 1, CMD_CODEC},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -64,6 +65,8 @@ static const char *const ISAS[] = {[MIMI_ISA_AUTO] = "auto", [MIMI_ISA_REFERENCE
                                    [MIMI_ISA_AVX2] = "avx2", [MIMI_ISA_AVX512] = "avx512",
                                    [MIMI_ISA_NEON] = "neon"};
 static const char *const WEIGHTS[] = {[MIMI_WEIGHTS_F32] = "f32", [MIMI_WEIGHTS_BF16] = "bf16"};
+static const char *const PRECISIONS[] = {[MIMI_PRECISION_STRICT] = "strict", [MIMI_PRECISION_FAST] = "fast",
+                                         [MIMI_PRECISION_FAST_BF16_KV] = "bf16kv"};
 static const char *const DTYPES[] = {[SYNTH_F32] = "f32", [SYNTH_F16] = "f16",
                                      [SYNTH_BF16] = "bf16"};
 
@@ -150,6 +153,11 @@ static int set_option(struct opts *o, int id, const char *v) {
             return cli_usage_error(cmd, "--weights is f32 or bf16, not '%s'", v);
         o->weights = k;
         break;
+    case OPT_PRECISION:
+        if ((k = pick(v, PRECISIONS, 3)) < 0)
+            return cli_usage_error(cmd, "--precision is strict, fast or bf16kv, not '%s'", v);
+        o->precision = k;
+        break;
     case OPT_DTYPE:
         if ((k = pick(v, DTYPES, 3)) < 0)
             return cli_usage_error(cmd, "--dtype is f32, f16 or bf16, not '%s'", v);
@@ -205,6 +213,9 @@ static int parse_args(struct opts *o, int mask, int argc, char **argv) {
                                "their own rate and channels");
     if (o->channels && !o->raw && mask == CMD_ROUNDTRIP)
         return cli_usage_error(o->cmd, "--channels describes --raw input");
+    if (o->precision != MIMI_PRECISION_STRICT && o->backend != MIMI_BACKEND_CUDA)
+        return cli_usage_error(o->cmd, "--precision %s is the GPU's arithmetic: it needs --backend cuda "
+                               "(the CPU computes in f32 always)", PRECISIONS[o->precision]);
     return 0;
 }
 
