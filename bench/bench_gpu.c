@@ -121,25 +121,35 @@ struct batch_run {
     double enc_med, dec_med, step_p99;  // ms
 };
 
-// B streams in an encode and a decode batch; `steps` timed steps of encode then decode.
-static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
-    struct batch_run r = {0};
+// An encode and a decode batch of B slots of `m` with slots 0 .. B-1 open in both, and the
+// slot list 0 .. B-1 (malloc'd); 0, or -1 with nothing left allocated.
+static int batch_pair(struct mimi_model *m, int B, struct mimi_batch **enc, struct mimi_batch **dec, int **slots) {
     struct mimi_batch_params bp;
     mimi_batch_params_default(&bp);
     bp.capacity = B;
-    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
+    *enc = mimi_batch_create(m, &bp, NULL);
     bp.direction = MIMI_DIRECTION_DECODE;
-    struct mimi_batch *dec = enc ? mimi_batch_create(m, &bp, NULL) : NULL;
-    int *slots = malloc(sizeof(int) * B);
+    *dec = *enc ? mimi_batch_create(m, &bp, NULL) : NULL;
+    *slots = malloc(sizeof(int) * B);
+    int ok = *enc && *dec && *slots;
+    for (int s = 0; s < B && ok; s++) ok = ((*slots)[s] = mimi_batch_open(*enc)) == s && mimi_batch_open(*dec) == s;
+    if (ok) return 0;
+    mimi_batch_destroy(*enc), mimi_batch_destroy(*dec), free(*slots);
+    *enc = *dec = NULL, *slots = NULL;
+    return -1;
+}
+
+// B streams in an encode and a decode batch; `steps` timed steps of encode then decode.
+static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
+    struct batch_run r = {0};
+    struct mimi_batch *enc, *dec;
+    int *slots;
+    if (batch_pair(m, B, &enc, &dec, &slots)) return r;
     float *pcm = malloc(sizeof(float) * 1920 * (size_t)B), *out = malloc(sizeof(float) * 1920 * (size_t)B);
     int32_t *codes = malloc(sizeof(int32_t) * 8 * (size_t)B);
     double *te = malloc(sizeof(double) * steps), *td = malloc(sizeof(double) * steps), *ts = malloc(sizeof(double) * steps);
-    if (!enc || !dec || !slots || !pcm || !out || !codes || !te || !td || !ts) goto done;
-    for (int s = 0; s < B; s++) {
-        slots[s] = mimi_batch_open(enc);
-        if (mimi_batch_open(dec) < 0) goto done;
-        fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
-    }
+    if (!pcm || !out || !codes || !te || !td || !ts) goto done;
+    for (int s = 0; s < B; s++) fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
     for (int k = -STEADY_WARM; k < steps; k++) {
         double t0 = now();
         int rc = mimi_batch_encode(enc, B, slots, pcm, codes);
@@ -246,21 +256,16 @@ static int warm_steps = STEADY_WARM;  // --warm: steps before the profiled ones
 
 // One profiled encode and decode step of B streams (after --warm steps; default: rings full).
 static void profile(struct mimi_model *m, int B) {
-    struct mimi_batch_params bp;
-    mimi_batch_params_default(&bp);
-    bp.capacity = B;
-    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
-    bp.direction = MIMI_DIRECTION_DECODE;
-    struct mimi_batch *dec = enc ? mimi_batch_create(m, &bp, NULL) : NULL;
-    int *slots = malloc(sizeof(int) * B);
+    struct mimi_batch *enc, *dec;
+    int *slots;
+    if (batch_pair(m, B, &enc, &dec, &slots)) {
+        printf("  profile B=%d: the batches could not be made\n", B);
+        return;
+    }
     float *pcm = calloc(1920 * (size_t)B, sizeof(float)), *out = malloc(sizeof(float) * 1920 * (size_t)B);
     int32_t *codes = malloc(sizeof(int32_t) * 8 * (size_t)B);
-    if (enc && dec && slots && pcm && out && codes) {
-        for (int s = 0; s < B; s++) {
-            slots[s] = mimi_batch_open(enc);
-            (void)!mimi_batch_open(dec);
-            fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
-        }
+    if (pcm && out && codes) {
+        for (int s = 0; s < B; s++) fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
         // steady state first: full attention rings
         for (int k = 0; k < warm_steps; k++)
             if (mimi_batch_encode(enc, B, slots, pcm, codes) || mimi_batch_decode(dec, B, slots, codes, out)) break;
@@ -291,18 +296,9 @@ static void profile(struct mimi_model *m, int B) {
 // `frames` steps of FID_SLOTS streams (stream s: fill_audio(s, f)) through encode and decode
 // batches of `m`; the decoder takes `codes_in` when given (the strict codes), else its own.
 static int fid_run(struct mimi_model *m, int frames, int32_t *codes, const int32_t *codes_in, float *pcm) {
-    struct mimi_batch_params bp;
-    mimi_batch_params_default(&bp);
-    bp.capacity = FID_SLOTS;
-    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
-    bp.direction = MIMI_DIRECTION_DECODE;
-    struct mimi_batch *dec = enc ? mimi_batch_create(m, &bp, NULL) : NULL;
+    struct mimi_batch *enc, *dec;
+    int *slots, rc = batch_pair(m, FID_SLOTS, &enc, &dec, &slots);
     static float in[FID_SLOTS * 1920];
-    int slots[FID_SLOTS], rc = enc && dec ? 0 : -1;
-    for (int s = 0; s < FID_SLOTS && !rc; s++) {
-        slots[s] = mimi_batch_open(enc);
-        rc = slots[s] < 0 || mimi_batch_open(dec) < 0;
-    }
     for (int f = 0; f < frames && !rc; f++) {
         for (int s = 0; s < FID_SLOTS; s++) fill_audio(in + (size_t)s * 1920, s, f, 1920);
         int32_t *c = codes + (size_t)f * FID_SLOTS * 8;
@@ -312,6 +308,7 @@ static int fid_run(struct mimi_model *m, int frames, int32_t *codes, const int32
     }
     mimi_batch_destroy(enc);
     mimi_batch_destroy(dec);
+    free(slots);
     return rc;
 }
 

@@ -147,6 +147,27 @@ static void test_vs_cpu(void) {
 #define SLOTS 3
 #define CAPACITY 5
 
+// An encode and a decode batch of `capacity` slots (N_Q codebooks) with slots 0 .. open-1 open
+// in both; 0, or -1 (a failed check) with nothing left.
+static int batch_pair(struct mimi_model *m, int capacity, int open, struct mimi_batch **enc, struct mimi_batch **dec) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = capacity;
+    bp.n_codebooks = N_Q;
+    *enc = mimi_batch_create(m, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    *dec = mimi_batch_create(m, &bp, NULL);
+    CHECK(*enc && *dec);
+    int ok = *enc && *dec;
+    for (int s = 0; s < open && ok; s++) {
+        CHECK_EQ(mimi_batch_open(*enc), s);
+        CHECK_EQ(mimi_batch_open(*dec), s);
+    }
+    if (ok) return 0;
+    mimi_batch_destroy(*enc), mimi_batch_destroy(*dec);
+    return -1;
+}
+
 // ---- fast modes on the cuBLAS products ----
 
 #define WIDE 64  // slots: wide enough that the SEANet products go through cuBLAS
@@ -155,21 +176,10 @@ static void test_vs_cpu(void) {
 // WIDE_F steps of WIDE slots (slot s reads the clip from frame s % 24): codes (WIDE_F, WIDE, N_Q),
 // and the PCM of decoding `codes_in` (or this run's codes when NULL).
 static void wide_run(struct mimi_model *m, int32_t *codes, const int32_t *codes_in, float *pcm) {
-    struct mimi_batch_params bp;
-    mimi_batch_params_default(&bp);
-    bp.capacity = WIDE;
-    bp.n_codebooks = N_Q;
-    struct mimi_batch *enc = mimi_batch_create(m, &bp, NULL);
-    bp.direction = MIMI_DIRECTION_DECODE;
-    struct mimi_batch *dec = mimi_batch_create(m, &bp, NULL);
-    CHECK(enc && dec);
-    if (!enc || !dec) return;
+    struct mimi_batch *enc, *dec;
+    if (batch_pair(m, WIDE, WIDE, &enc, &dec)) return;
     int slots[WIDE];
-    for (int s = 0; s < WIDE; s++) {
-        slots[s] = s;
-        CHECK_EQ(mimi_batch_open(enc), s);
-        CHECK_EQ(mimi_batch_open(dec), s);
-    }
+    for (int s = 0; s < WIDE; s++) slots[s] = s;
     static float in[WIDE * FRAME];
     for (int f = 0; f < WIDE_F; f++) {
         for (int s = 0; s < WIDE; s++)
@@ -231,19 +241,8 @@ static void test_fast_wide(void) {
 
 // Slot s reads the clip from frame 7 s; slot 1 skips step 2, slot 0 skips steps 3 and 4.
 static void test_batch_vs_lone(void) {
-    struct mimi_batch_params bp;
-    mimi_batch_params_default(&bp);
-    bp.capacity = CAPACITY;
-    bp.n_codebooks = N_Q;
-    struct mimi_batch *enc = mimi_batch_create(gpu, &bp, NULL);
-    bp.direction = MIMI_DIRECTION_DECODE;
-    struct mimi_batch *dec = mimi_batch_create(gpu, &bp, NULL);
-    CHECK(enc && dec);
-    if (!enc || !dec) return;
-    for (int s = 0; s < SLOTS; s++) {
-        CHECK_EQ(mimi_batch_open(enc), s);
-        CHECK_EQ(mimi_batch_open(dec), s);
-    }
+    struct mimi_batch *enc, *dec;
+    if (batch_pair(gpu, CAPACITY, SLOTS, &enc, &dec)) return;
     enum { F = 8 };
     static int32_t codes[SLOTS][F][N_Q];
     static float pcm[SLOTS][F][FRAME];
