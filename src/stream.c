@@ -283,27 +283,50 @@ static struct mimi_stream_params offline_params(const struct mimi_stream_params 
     return p;
 }
 
+// The batch fields an offline call's argument checks use (model, direction, codebooks, the
+// message), without the streaming state a real batch would allocate: the whole-signal passes
+// make their own. MIMI_OK, or MIMI_EINVAL for a codebook count outside the model's.
+static int offline_check_batch(struct mimi_batch *b, const struct mimi_model *model,
+                               const struct mimi_stream_params *p, int direction) {
+    memset(b, 0, sizeof *b);
+    b->model = model;
+    b->direction = direction;
+    b->capacity = 1;
+    b->attention = p->attention;
+    b->n_codebooks = model->quantizer.n_q ? p->n_codebooks : 0;
+    if (model->quantizer.n_q && (p->n_codebooks < 1 || p->n_codebooks > model->quantizer.n_q)) {
+        mimi_log(model, MIMI_LOG_ERROR, "n_codebooks %d is outside 1..%d", p->n_codebooks, model->quantizer.n_q);
+        return MIMI_EINVAL;
+    }
+    return MIMI_OK;
+}
+
+// An offline call's result: `rc` as it is, its message (if any) logged.
+static int offline_done(const struct mimi_model *model, const struct mimi_batch *b, int rc) {
+    if (rc != MIMI_OK && b->errmsg[0]) mimi_log(model, MIMI_LOG_ERROR, "%s", b->errmsg);
+    return rc;
+}
+
 // Offline encode into codebook-major codes (n_codebooks, n_frames) or latents (frame_dim, n_frames).
 static int64_t encode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
                               const float *pcm, int64_t n_samples, int want_codes, int32_t *codes,
                               float *latents, int64_t max_values) {
     const void *out = want_codes ? (const void *)codes : (const void *)latents;
     if (!model || !pcm || !out || n_samples <= 0) return MIMI_EINVAL;
-    int rc;
     struct mimi_stream_params p = offline_params(params);
-    struct mimi_encoder *e = mimi_encoder_create(model, &p, &rc);
-    if (!e) return rc;
+    struct mimi_batch b;
+    int rc = offline_check_batch(&b, model, &p, MIMI_DIRECTION_ENCODE);
     const int64_t n_frames = mimi_frames_for_samples(model, n_samples);
-    const int per_frame = want_codes ? e->batch->n_codebooks : model->frame_dim;
-    rc = mimi_batch_check_kind(e->batch, want_codes);
+    const int per_frame = want_codes ? b.n_codebooks : model->frame_dim;
+    if (rc == MIMI_OK) rc = mimi_batch_check_kind(&b, want_codes);
     if (rc == MIMI_OK && n_frames * per_frame > max_values) rc = MIMI_EBUFFER;
-    if (rc == MIMI_OK) rc = mimi_batch_check_finite(e->batch, pcm, (size_t)n_samples, "sample");
+    if (rc == MIMI_OK) rc = mimi_batch_check_finite(&b, pcm, (size_t)n_samples, "sample");
     // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
     if (rc == MIMI_OK)
-        rc = (e->batch->gpu ? mimi_cuda_offline_encode : mimi_offline_encode)(
-            model, e->batch->n_codebooks, p.tap, p.tap_user, pcm, n_samples, n_frames, want_codes ? codes : NULL,
+        rc = (model->cuda ? mimi_cuda_offline_encode : mimi_offline_encode)(
+            model, b.n_codebooks, p.tap, p.tap_user, pcm, n_samples, n_frames, want_codes ? codes : NULL,
             want_codes ? NULL : latents);
-    mimi_encoder_destroy(e);
+    rc = offline_done(model, &b, rc);
     return rc == MIMI_OK ? n_frames : rc;
 }
 
@@ -324,13 +347,11 @@ static int64_t decode_offline(const struct mimi_model *model, const struct mimi_
                               int64_t n_frames, float *pcm, int64_t max_samples) {
     const void *in = want_codes ? (const void *)codes : (const void *)latents;
     if (!model || !in || !pcm || n_frames <= 0) return MIMI_EINVAL;
-    int rc;
     struct mimi_stream_params p = offline_params(params);
-    struct mimi_decoder *dc = mimi_decoder_create(model, &p, &rc);
-    if (!dc) return rc;
-    struct mimi_batch *b = dc->batch;
+    struct mimi_batch check, *b = &check;
+    int rc = offline_check_batch(b, model, &p, MIMI_DIRECTION_DECODE);
     const int per_frame = want_codes ? b->n_codebooks : model->frame_dim, frame = model->frame_size;
-    rc = mimi_batch_check_kind(b, want_codes);
+    if (rc == MIMI_OK) rc = mimi_batch_check_kind(b, want_codes);
     if (rc == MIMI_OK && n_frames * frame > max_samples) rc = MIMI_EBUFFER;
     // every value is checked before anything is decoded
     for (int64_t i = 0; rc == MIMI_OK && i < n_frames * per_frame; i++) {
@@ -343,16 +364,15 @@ static int64_t decode_offline(const struct mimi_model *model, const struct mimi_
             else
                 mimi_batch_error(b, "latent value %lld of frame %lld is NaN or infinite",
                                  (long long)(i / n_frames), (long long)(i % n_frames));
-            mimi_log(model, MIMI_LOG_ERROR, "%s", b->errmsg);
             rc = MIMI_EINVAL;
         }
     }
     // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
     if (rc == MIMI_OK)
-        rc = (b->gpu ? mimi_cuda_offline_decode : mimi_offline_decode)(
+        rc = (model->cuda ? mimi_cuda_offline_decode : mimi_offline_decode)(
             model, b->n_codebooks, p.tap, p.tap_user, want_codes ? codes : NULL, want_codes ? NULL : latents,
             n_frames, pcm);
-    mimi_decoder_destroy(dc);
+    rc = offline_done(model, b, rc);
     return rc == MIMI_OK ? n_frames * frame : rc;
 }
 

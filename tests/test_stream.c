@@ -19,9 +19,19 @@ static struct mimi_model *model;
 static float *clip;      // dev_sweep_noise, 40800 samples (21.25 frames)
 static int64_t clip_len;
 
+static char last_error[512];  // the model's last logged error
+
+static void on_log(void *user, int level, const char *msg) {
+    (void)user;
+    if (level == MIMI_LOG_ERROR) snprintf(last_error, sizeof last_error, "%s", msg);
+}
+
 static void load_inputs(void) {
     int rc;
-    model = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", NULL, &rc);
+    struct mimi_model_params mp;
+    mimi_model_params_default(&mp);
+    mp.log = on_log;
+    model = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
     if (!model) SKIP("no synthetic model: %s", mimi_strerror(rc));
     clip = refs_clip_pcm("dev_sweep_noise", &clip_len);
 }
@@ -182,6 +192,31 @@ static void test_bad_input(void) {
     mimi_encoder_destroy(e);
 }
 
+// The whole-signal helpers check everything before any work and log why they refuse.
+static void test_offline_errors(void) {
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    static int32_t codes[32 * 4];
+    static float pcm[4 * FRAME], latents[512 * 4];
+    last_error[0] = 0;
+    sp.n_codebooks = 0;
+    CHECK_EQ(mimi_encode_offline(model, &sp, clip, FRAME, codes, 32), MIMI_EINVAL);
+    CHECK(strstr(last_error, "n_codebooks 0") != NULL);
+    sp.n_codebooks = 33;
+    CHECK_EQ(mimi_decode_offline(model, &sp, codes, 1, pcm, FRAME), MIMI_EINVAL);
+    CHECK(strstr(last_error, "n_codebooks 33") != NULL);
+    sp.n_codebooks = N_Q;
+    CHECK_EQ(mimi_encode_offline_latent(model, &sp, clip, FRAME, latents, 512), MIMI_EUNSUPPORTED);
+    CHECK(strstr(last_error, "code API") != NULL);
+    memcpy(pcm, clip, sizeof(float) * FRAME);
+    pcm[7] = NAN;
+    CHECK_EQ(mimi_encode_offline(model, &sp, pcm, FRAME, codes, N_Q), MIMI_EINVAL);
+    CHECK(strstr(last_error, "sample value 7 is NaN") != NULL);
+    printf("  offline refusals logged, last: %s\n", last_error);
+    // and a good call after them
+    CHECK_EQ(mimi_encode_offline(model, &sp, clip, 2 * FRAME, codes, 2 * N_Q), 2);
+}
+
 int main(int argc, char **argv) {
     test_init(argc, argv);
     test_rng_seed(test_seed);
@@ -189,6 +224,7 @@ int main(int argc, char **argv) {
     test_chunking();
     test_reset();
     test_bad_input();
+    test_offline_errors();
     free(clip);
     mimi_model_destroy(model);
     return test_summary();
