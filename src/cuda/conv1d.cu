@@ -40,49 +40,37 @@ static __global__ void im2col_kernel(const struct op_im2col a) {
     }
 }
 
-// The same for many columns, by tiles: a block takes one channel i and a tile of rows
-// r0 .. r0+G-1 by output steps t0 .. t0+TT-1 (G = 1 for rows longer than a tile). It reads the
-// tile's span of [hist | f(x)] (TT*S + H columns per row) into shared memory once, coalesced and
-// with f applied once per element (the kernel above applies it K / S times), then writes each
-// tap's row of col with consecutive threads on consecutive columns.
-#define IM2COL_TILE 256  // output columns per block, and threads
-static __global__ void im2col_tile_kernel(const struct op_im2col a, int TT, int G) {
+// The same with four consecutive columns per thread (one row r: T_out is a multiple of 4), each
+// tap written as one 16-byte store: a quarter of the store instructions of the kernel above.
+static __global__ void im2col4_kernel(const struct op_im2col a) {
     pdl_begin();
-    extern __shared__ float span[];
-    const int To = a.T / a.S, N = a.R * To, L = TT * a.S + a.H, chunks = (To + TT - 1) / TT;
-    const int i = blockIdx.y, r0 = (int)(blockIdx.x / chunks) * G, t0 = (int)(blockIdx.x % chunks) * TT;
-    const int tt = min(TT, To - t0), rows = min(G, a.R - r0), Ls = tt * a.S + a.H;
-    float *col = a.col + (size_t)i * a.K * N;
-    if (i == a.c_in) {  // the row of ones
-        for (int e = threadIdx.x; e < rows * tt; e += blockDim.x) {
-            const int g = e / tt;
-            col[(size_t)(r0 + g) * To + t0 + (e - g * tt)] = 1.0f;
+    const unsigned To = a.T / a.S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
+    for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
+        float4 *col = (float4 *)(a.col + (size_t)i * a.K * N);
+        for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
+            if (i == a.c_in) {
+                col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                continue;
+            }
+            const unsigned n = 4 * n4, r = n / To, t = n - r * To;
+            for (int k = 0; k < a.K; k++) {
+                const int j = (int)t * a.S + k;
+                col[(size_t)k * N4 + n4] = make_float4(xin(a, i, r, j), xin(a, i, r, j + a.S), xin(a, i, r, j + 2 * a.S),
+                                                       xin(a, i, r, j + 3 * a.S));
+            }
         }
-        return;
-    }
-    for (int e = threadIdx.x; e < rows * Ls; e += blockDim.x) {
-        const int g = e / Ls, q = e - g * Ls;
-        span[g * L + q] = xin(a, i, r0 + g, t0 * a.S + q);
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < rows * tt; e += blockDim.x) {
-        const int g = e / tt, u = e - g * tt;
-        const float *s = span + g * L + u * a.S;
-        float *c = col + (size_t)(r0 + g) * To + t0 + u;
-        for (int k = 0; k < a.K; k++) c[(size_t)k * N] = s[k];
     }
 }
 
 static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     const size_t N = (size_t)a->R * (a->T / a->S);
-    const int rows = a->c_in + a->ones, To = a->T / a->S;
-    // tiles only where there are many columns: at one stream (N <= 1920) the kernel below, a
-    // thread per column, hides the loads better (measured)
-    const int TT = To >= IM2COL_TILE ? IM2COL_TILE : To, G = To >= IM2COL_TILE ? 1 : IM2COL_TILE / To;
-    const size_t smem = sizeof(float) * (size_t)G * ((size_t)TT * a->S + a->H);
-    if (N >= 32768 && smem <= 48 * 1024 && rows <= 65535) {
-        const size_t tiles = (size_t)((a->R + G - 1) / G) * ((To + TT - 1) / TT);
-        pdl_launch(im2col_tile_kernel, dim3((unsigned)tiles, rows), IM2COL_TILE, smem, ex, *a, TT, G);
+    const int rows = a->c_in + a->ones;
+    // four columns per thread only where there are many columns: at one stream (N <= 1920) it
+    // leaves too few threads to hide the loads (measured slower)
+    if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
+        dim3 grid(grid_for(N / 4, 256), rows < 65535 ? rows : 65535);
+        if (grid.x > 65535) grid.x = 65535;
+        pdl_launch(im2col4_kernel, grid, 256, 0, ex, *a);
         return launch_status(ex, "im2col");
     }
     dim3 grid(grid_for(N, 256), rows < 65535 ? rows : 65535);
