@@ -11,7 +11,9 @@
  * - --batch B: B concurrent streams, each step = one encode batch step + one decode batch step
  *   of B slots; per-step p99 against the 80 ms frame; --batch-max searches the largest B whose
  *   p99 stays within the frame;
- * - --offline: whole-signal encode and decode of --seconds of audio, in x real time.
+ * - --offline: whole-signal encode and decode of --seconds of audio, in x real time;
+ * - --profile: where a step's time goes (mimi_batch_profile), by kernel and codec stage, over
+ *   --frames steps of --batch slots (default 1) after the warm-up.
  * --json prints one record (git revision, host, compiler, date, command, numbers) instead.
  * The model is --model PATH, else $MIMI_MODEL, else the synthetic full-size model written once
  * to /tmp (tools/synth.h). Not part of the library; it reads its internals only to derive the
@@ -31,7 +33,7 @@
 
 struct options {
     const char *model, *isa_name, *weights_name;
-    int isa, weights, threads, batch, batch_max, offline, json, frames, warmup, n_q, no_floors;
+    int isa, weights, threads, batch, batch_max, offline, json, frames, warmup, n_q, no_floors, profile;
     double seconds;
 };
 
@@ -132,6 +134,82 @@ static int run_streaming(struct mimi_model *model, const struct options *o, stru
     return rc != MIMI_OK;
 }
 
+// ---- profile ----
+
+#define PROF_ROWS 64
+struct prof_table {
+    const char *stage[PROF_ROWS], *op[PROF_ROWS];
+    double us[PROF_ROWS], total;
+    int n;
+};
+
+static void on_op(void *user, const char *op, const char *stage, double us) {
+    struct prof_table *t = user;
+    int i = 0;
+    while (i < t->n && (strcmp(t->stage[i], stage) || strcmp(t->op[i], op))) i++;
+    if (i == t->n && t->n < PROF_ROWS) t->stage[t->n] = stage, t->op[t->n] = op, t->us[t->n++] = 0.0;
+    if (i < PROF_ROWS) t->us[i] += us;
+    t->total += us;
+}
+
+static int cmp_row(const void *a, const void *b) {
+    const double *x = *(const double *const *)a, *y = *(const double *const *)b;
+    return *x < *y ? 1 : *x > *y ? -1 : 0;
+}
+
+static void print_profile(const char *name, const struct prof_table *t, int steps) {
+    const double *rows[PROF_ROWS];
+    for (int i = 0; i < t->n; i++) rows[i] = &t->us[i];
+    qsort(rows, (size_t)t->n, sizeof rows[0], cmp_row);
+    printf("%s: %.2f ms per step\n", name, t->total / steps / 1e3);
+    for (int k = 0; k < t->n; k++) {
+        const int i = (int)(rows[k] - t->us);
+        printf("  %-18s %-14s %8.3f ms  %5.1f%%\n", t->stage[i], t->op[i], t->us[i] / steps / 1e3,
+               100.0 * t->us[i] / t->total);
+    }
+}
+
+// --frames profiled steps of B slots after --warmup ordinary ones, encode then decode.
+static int run_profile(struct mimi_model *model, const struct options *o) {
+    const int F = mimi_model_frame_size(model), B = o->batch ? o->batch : 1;
+    if (mimi_model_latent_size(model) > 0) {
+        fprintf(stderr, "--profile takes a model with a quantizer\n");
+        return 1;
+    }
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = B;
+    bp.n_codebooks = o->n_q;
+    struct mimi_batch *enc = mimi_batch_create(model, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *dec = mimi_batch_create(model, &bp, NULL);
+    int *slots = malloc(sizeof(int) * B), rc = enc && dec && slots ? MIMI_OK : MIMI_ENOMEM;
+    float *pcm = malloc(sizeof(float) * (size_t)F * B), *out = malloc(sizeof(float) * (size_t)F * B);
+    int32_t *codes = malloc(sizeof(int32_t) * (size_t)o->n_q * B);
+    static struct prof_table pe, pd;
+    if (!pcm || !out || !codes) rc = MIMI_ENOMEM;
+    for (int s = 0; s < B && rc == MIMI_OK; s++)
+        if ((slots[s] = mimi_batch_open(enc)) < 0 || mimi_batch_open(dec) < 0) rc = MIMI_EFULL;
+    for (int f = 0; f < o->warmup + o->frames && rc == MIMI_OK; f++) {
+        make_audio(pcm, (size_t)F * B);
+        const int timed = f >= o->warmup;
+        rc = timed ? mimi_batch_profile(enc, B, slots, pcm, codes, on_op, &pe) : mimi_batch_encode(enc, B, slots, pcm, codes);
+        if (rc == MIMI_OK)
+            rc = timed ? mimi_batch_profile(dec, B, slots, codes, out, on_op, &pd) : mimi_batch_decode(dec, B, slots, codes, out);
+    }
+    if (rc == MIMI_OK) {
+        printf("# profile: %d slot(s), %d steps after %d\n", B, o->frames, o->warmup);
+        print_profile("encode", &pe, o->frames);
+        print_profile("decode", &pd, o->frames);
+    } else {
+        fprintf(stderr, "profile failed: %s\n", mimi_strerror(rc));
+    }
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+    free(slots), free(pcm), free(out), free(codes);
+    return rc != MIMI_OK;
+}
+
 // ---- batch ----
 
 // p99 (and the rest) of B-stream steps: B encodes then B decodes per step.
@@ -213,6 +291,7 @@ static void usage(void) {
             "  --batch B           B concurrent streams, encode + decode per step\n"
             "  --batch-max B       the largest batch up to B whose p99 step fits in 80 ms\n"
             "  --offline           whole-signal encode and decode throughput\n"
+            "  --profile           where a step's time goes, by kernel and stage (--batch slots)\n"
             "  --seconds S         audio length for --offline (default 60)\n"
             "  --json              one JSON record instead of the table\n"
             "  --no-floors         skip the memory and FMA probes (for profiling)\n");
@@ -244,6 +323,7 @@ static int parse(int argc, char **argv, struct options *o) {
             if (!strcmp(a, "--offline")) o->offline = 1;
             else if (!strcmp(a, "--json")) o->json = 1;
             else if (!strcmp(a, "--no-floors")) o->no_floors = 1;
+            else if (!strcmp(a, "--profile")) o->profile = 1;
             else return 1;
         }
         i += takes;
@@ -323,6 +403,11 @@ int main(int argc, char **argv) {
     int batch_ok = 0, best_batch = 0;
     double off_enc = 0, off_dec = 0;
     int fail = 0;
+    if (o.profile) {
+        const int failed = run_profile(model, &o);
+        mimi_model_destroy(model);
+        return failed;
+    }
     if (o.batch_max) {
         // double while real time, then bisect between the last good and the first bad size
         int good = 0, bad = o.batch_max + 1;

@@ -518,15 +518,19 @@ MIMI_API int mimi_batch_collect(struct mimi_batch *batch, void *output) MIMI_WAR
 MIMI_API void *mimi_batch_cuda_stream(const struct mimi_batch *batch);
 
 /* Receives the time of one op of a profiled step: `op` is the kernel ("sgemm", "im2col",
- * "attention", ...), `stage` the part of the codec ("enc.seanet", "dec.transformer", ...). */
+ * "attention", ... on CUDA; "matmul_stream", "matmul", "conv", "attention", ... on the CPU),
+ * `stage` the part of the codec ("enc.seanet", "dec.transformer", ...). */
 typedef void (*mimi_profile_fn)(void *user, const char *op, const char *stage,
                                 double microseconds);
 
-/* CUDA batches only: runs one ordinary step (it advances the slots like mimi_batch_encode or
- * mimi_batch_decode; `input` and `output` are what those take, codes for a decode batch) with
- * each op launched on its own between timing events instead of the captured graph, and reports
- * every op to `fn` in execution order. Slower than a normal step; for finding where time goes.
- * MIMI_EUNSUPPORTED on a CPU batch. */
+/* Runs one ordinary step (it advances the slots like mimi_batch_encode or mimi_batch_decode, or
+ * their _latent forms for a model without a quantizer; `input` and `output` are what those
+ * take) and reports where its time went to `fn`, in execution order, on the calling thread.
+ * CUDA: each op is launched on its own between timing events instead of the captured graph
+ * (slower than a normal step). CPU: every kernel call of the fast path is timed as it returns
+ * (matrix products as "matmul_stream" when they stream the weights for at most two columns,
+ * "matmul" otherwise; "conv", "attention", "layernorm", ...), and each stage's remaining time is
+ * reported as op "other" (on the reference path, all of it). For finding where time goes. */
 MIMI_API int mimi_batch_profile(struct mimi_batch *batch, int n, const int *slots,
                                 const void *input, void *output, mimi_profile_fn fn,
                                 void *user) MIMI_WARN_UNUSED;

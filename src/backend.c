@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "cpu/cpu.h"
 #include "gpu.h"
 
 // ---- backends ----
@@ -155,8 +156,16 @@ int mimi_batch_profile(struct mimi_batch *b, int n, const int *slots, const void
                        mimi_profile_fn fn, void *user) {
     if (!b || !fn || !output) return MIMI_EINVAL;
     if (!b->gpu) {
-        mimi_batch_error(b, "the per-op profile needs a CUDA batch");
-        return MIMI_EUNSUPPORTED;
+        // an ordinary step with this thread's kernel calls and stages reported (src/cpu/cpu.h)
+        const int encode = b->direction == MIMI_DIRECTION_ENCODE, codes = b->model->quantizer.n_q > 0;
+        struct mimi_cpu_profile p = {.fn = fn, .user = user};
+        mimi_cpu_profiling = &p;
+        int rc = encode && codes ? mimi_batch_encode(b, n, slots, input, output)
+                 : encode        ? mimi_batch_encode_latent(b, n, slots, input, output)
+                 : codes         ? mimi_batch_decode(b, n, slots, input, output)
+                                 : mimi_batch_decode_latent(b, n, slots, input, output);
+        mimi_cpu_profiling = NULL;
+        return rc;
     }
     const struct mimi_model *m = b->model;
     const int encode = b->direction == MIMI_DIRECTION_ENCODE, codes = m->quantizer.n_q > 0;

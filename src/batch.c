@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "cpu/cpu.h"
 #include "gpu.h"
 
 // ---- layout ----
@@ -198,20 +199,25 @@ int mimi_batch_encode_unchecked(struct mimi_batch *b, int n, const int *slots, c
         b->resample_mems[k] = &b->enc[slots[k]].down;
     }
     // SEANet: (1, n, frame) -> (d, n, steps); transformer in place; downsample -> (fd, n)
+    mimi_cpu_stage("enc.seanet");
     float *x = seanet_forward(&m->encoder, b->seanet_mems, n, &b->seanet_scratch, pcm,
                               m->frame_size, &steps);
     tap(b, "enc_seanet", x, d, n * steps);
+    mimi_cpu_stage("enc.transformer");
     transformer_forward(&m->enc_tr, b->tr_mems, n, &b->tr_scratch, x, steps);
     tap(b, "enc_transformer", x, d, n * steps);
+    mimi_cpu_stage("enc.downsample");
     conv1d_stream(&m->downsample, b->resample_mems, n, x, steps, b->latent, b->resample_work);
     tap(b, "latent", b->latent, fd, n);
+    mimi_cpu_stage("enc.quantizer");
     if (codes) {
         quantizer_encode(&m->quantizer, b->latent, n, b->n_codebooks, codes, b->q_work);
-        return MIMI_OK;
+    } else {
+        // continuous latents: (fd, n) -> (n, fd)
+        for (int c = 0; c < fd; c++)
+            for (int k = 0; k < n; k++) latents[(size_t)k * fd + c] = b->latent[(size_t)c * n + k];
     }
-    // continuous latents: (fd, n) -> (n, fd)
-    for (int c = 0; c < fd; c++)
-        for (int k = 0; k < n; k++) latents[(size_t)k * fd + c] = b->latent[(size_t)c * n + k];
+    mimi_cpu_stage(NULL);
     return MIMI_OK;
 }
 
@@ -227,18 +233,23 @@ int mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
         b->resample_mems[k] = &b->dec[slots[k]].up;
     }
     // codes or latents -> (d, n) -> upsample (d, n, steps) -> transformer -> SEANet (1, n, frame)
+    mimi_cpu_stage("dec.quantizer");
     if (codes)
         quantizer_decode(&m->quantizer, codes, n, b->n_codebooks, b->latent, b->q_work);
     else
         mimi_linear_apply(m->quantizer.lin_projection, n, latents, fd, b->latent, n, 1);
     tap(b, "dec_latent", b->latent, d, n);
+    mimi_cpu_stage("dec.upsample");
     convtr_stream(&m->upsample, b->resample_mems, n, b->latent, 1, b->upsampled, b->resample_work);
     tap(b, "dec_upsample", b->upsampled, d, n * steps);
+    mimi_cpu_stage("dec.transformer");
     transformer_forward(&m->dec_tr, b->tr_mems, n, &b->tr_scratch, b->upsampled, steps);
     tap(b, "dec_transformer", b->upsampled, d, n * steps);
+    mimi_cpu_stage("dec.seanet");
     float *out = seanet_forward(&m->decoder, b->seanet_mems, n, &b->seanet_scratch, b->upsampled,
                                 steps, &T);
     memcpy(pcm, out, sizeof(float) * (size_t)n * m->frame_size);
+    mimi_cpu_stage(NULL);
     return MIMI_OK;
 }
 

@@ -3,6 +3,8 @@
  * same frames gives, slots not listed in a step do not advance, and open / close / reset and
  * the slot-list checks behave as documented.
  */
+#include <time.h>
+
 #include "mimi.h"
 #include "refs.h"
 #include "test.h"
@@ -143,11 +145,80 @@ static void test_bad_lists(void) {
     mimi_batch_destroy(NULL);
 }
 
+// ---- profile ----
+
+struct prof {
+    int ops, stages_seen, named;  // stages_seen: bit per stage of `stages`
+    double us;
+    const char *const *stages;
+    int n_stages;
+};
+
+static void on_op(void *user, const char *op, const char *stage, double us) {
+    struct prof *p = user;
+    p->ops++;
+    p->us += us;
+    p->named += strcmp(op, "other") != 0;
+    for (int i = 0; i < p->n_stages; i++)
+        if (strcmp(stage, p->stages[i]) == 0) p->stages_seen |= 1 << i;
+}
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
+}
+
+// A profiled CPU step is an ordinary step (same outputs, the slots advance), and it reports its
+// kernel calls under every stage of the codec, adding up to about the call's own time.
+static void test_profile(void) {
+    static const char *const enc_stages[] = {"enc.seanet", "enc.transformer", "enc.downsample", "enc.quantizer"};
+    static const char *const dec_stages[] = {"dec.quantizer", "dec.upsample", "dec.transformer", "dec.seanet"};
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = 1;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *a = mimi_batch_create(model, &bp, NULL), *b = mimi_batch_create(model, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *da = mimi_batch_create(model, &bp, NULL), *db = mimi_batch_create(model, &bp, NULL);
+    CHECK_EQ(mimi_batch_open(a), 0);
+    CHECK_EQ(mimi_batch_open(b), 0);
+    CHECK_EQ(mimi_batch_open(da), 0);
+    CHECK_EQ(mimi_batch_open(db), 0);
+    const int slot = 0;
+    for (int f = 0; f < 2; f++) {
+        int32_t ca[N_Q], cb[N_Q];
+        static float pa[FRAME], pb[FRAME];
+        struct prof pe = {.stages = enc_stages, .n_stages = 4}, pd = {.stages = dec_stages, .n_stages = 4};
+        CHECK_EQ(mimi_batch_encode(a, 1, &slot, slot_frame(0, f), ca), MIMI_OK);
+        double t0 = now_us();
+        CHECK_EQ(mimi_batch_profile(b, 1, &slot, slot_frame(0, f), cb, on_op, &pe), MIMI_OK);
+        const double enc_us = now_us() - t0;
+        CHECK(memcmp(ca, cb, sizeof ca) == 0);
+        CHECK_EQ(mimi_batch_decode(da, 1, &slot, ca, pa), MIMI_OK);
+        t0 = now_us();
+        CHECK_EQ(mimi_batch_profile(db, 1, &slot, ca, pb, on_op, &pd), MIMI_OK);
+        const double dec_us = now_us() - t0;
+        CHECK(memcmp(pa, pb, sizeof pa) == 0);
+        printf("  cpu profile, frame %d: encode %d ops %.0f us of %.0f, decode %d ops %.0f us of %.0f\n", f,
+               pe.ops, pe.us, enc_us, pd.ops, pd.us, dec_us);
+        CHECK(pe.stages_seen == 15 && pd.stages_seen == 15);
+        CHECK(pe.named > 20 && pd.named > 20);
+        CHECK(pe.us <= enc_us * 1.01 && pe.us >= enc_us * 0.5);
+        CHECK(pd.us <= dec_us * 1.01 && pd.us >= dec_us * 0.5);
+    }
+    mimi_batch_destroy(a);
+    mimi_batch_destroy(b);
+    mimi_batch_destroy(da);
+    mimi_batch_destroy(db);
+}
+
 int main(int argc, char **argv) {
     test_init(argc, argv);
     load_inputs();
     test_encode_decode();
     test_bad_lists();
+    test_profile();
     free(clip);
     mimi_model_destroy(model);
     return test_summary();

@@ -172,7 +172,7 @@ void mimi_cpu_conv_stream(const struct mimi_conv *c, struct conv_mem **mems, int
                          .base = g.phases > 1 ? xph : xin,
                          .off = off,
                          .col = g.direct ? NULL : col + (size_t)s * g.Tk * g.col_pitch};
-        mimi_cpu_for(cpu, c->c_in, 4, prep_channels, &P);
+        mimi_cpu_for(cpu, "conv_input", c->c_in, 4, prep_channels, &P);
         mems[s]->first = 0;
         if (!g.direct) continue;
         // direct kernel over this slot

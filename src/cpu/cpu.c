@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -120,6 +121,33 @@ void mimi_cpu_free(struct mimi_model *m) {
     m->cpu = NULL;
 }
 
+// ---- profile ----
+
+_Thread_local struct mimi_cpu_profile *mimi_cpu_profiling;
+
+double mimi_cpu_now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
+}
+
+void mimi_cpu_stage(const char *stage) {
+    struct mimi_cpu_profile *p = mimi_cpu_profiling;
+    if (!p) return;
+    const double now = mimi_cpu_now_us();
+    if (p->stage && now - p->stage_t0 > p->timed) p->fn(p->user, "other", p->stage, now - p->stage_t0 - p->timed);
+    p->stage = stage;
+    p->stage_t0 = now;
+    p->timed = 0.0;
+}
+
+// Reports one call that began at t0 (microseconds) to the thread's profile.
+static void profiled(struct mimi_cpu_profile *p, const char *op, double t0) {
+    const double us = mimi_cpu_now_us() - t0;
+    p->fn(p->user, op, p->stage, us);
+    p->timed += us;
+}
+
 // ---- running kernels ----
 
 // A kernel call shared out in chunks of work items: each thread takes the next chunk until none
@@ -159,18 +187,26 @@ static void run_kernel(const struct mimi_cpu *cpu, struct job *j, double macs, l
     mimi_pool_run(cpu->pool, nth, kernel_task, j);
 }
 
+// Products of at most two columns stream their weights (bandwidth-bound); wider ones are
+// compute-bound: the profile names them apart.
 void mimi_cpu_gemm(const struct mimi_cpu *cpu, const struct mimi_gemm_args *a) {
+    struct mimi_cpu_profile *p = mimi_cpu_profiling;
+    const double t0 = p ? mimi_cpu_now_us() : 0.0;
     struct job j = {.k = cpu->k, .args = a};
     j.n_items = (long)((a->M + cpu->k->mr - 1) / cpu->k->mr) *
                 ((a->N + cpu->k->gemm_cols - 1) / cpu->k->gemm_cols);
     run_kernel(cpu, &j, (double)a->M * a->N * a->K, a->N <= 2 ? 4 : 1);
+    if (p) profiled(p, a->N <= 2 ? "matmul_stream" : "matmul", t0);
 }
 
 void mimi_cpu_conv(const struct mimi_cpu *cpu, const struct mimi_conv_args *a) {
+    struct mimi_cpu_profile *p = mimi_cpu_profiling;
+    const double t0 = p ? mimi_cpu_now_us() : 0.0;
     struct job j = {.k = cpu->k, .args = a, .is_conv = 1};
     j.n_items = (long)((a->M + cpu->k->conv_rows - 1) / cpu->k->conv_rows) *
                 ((a->T + cpu->k->conv_steps - 1) / cpu->k->conv_steps);
     run_kernel(cpu, &j, (double)a->M * a->T * a->J, 1);
+    if (p) profiled(p, "conv", t0);
 }
 
 static void range_task(void *ctx, int ith, int nth) {
@@ -179,15 +215,18 @@ static void range_task(void *ctx, int ith, int nth) {
     if (begin < end) j->range(j->ctx, begin, end, ith);
 }
 
-void mimi_cpu_for(const struct mimi_cpu *cpu, int n_items, int min_split, mimi_cpu_range_fn fn,
+void mimi_cpu_for(const struct mimi_cpu *cpu, const char *op, int n_items, int min_split, mimi_cpu_range_fn fn,
                   void *ctx) {
     if (n_items <= 0) return;
+    struct mimi_cpu_profile *p = mimi_cpu_profiling;
+    const double t0 = p ? mimi_cpu_now_us() : 0.0;
     if (n_items < min_split || cpu->n_threads == 1) {
         fn(ctx, 0, n_items, 0);
-        return;
+    } else {
+        struct job j = {.k = cpu->k, .range = fn, .ctx = ctx, .n_items = n_items};
+        mimi_pool_run(cpu->pool, cpu->n_threads, range_task, &j);
     }
-    struct job j = {.k = cpu->k, .range = fn, .ctx = ctx, .n_items = n_items};
-    mimi_pool_run(cpu->pool, cpu->n_threads, range_task, &j);
+    if (p) profiled(p, op, t0);
 }
 
 // ---- linear maps ----

@@ -60,10 +60,31 @@ void mimi_cpu_gemm(const struct mimi_cpu *cpu, const struct mimi_gemm_args *a);
 void mimi_cpu_conv(const struct mimi_cpu *cpu, const struct mimi_conv_args *a);
 
 // Calls fn(ctx, begin, end, ith) over a split of [0, n_items) on the pool; ith < n_threads
-// indexes per-thread scratch. Small counts (below min_split) run on the caller alone.
+// indexes per-thread scratch. Small counts (below min_split) run on the caller alone. `op`
+// names the work in a profile ("attention", "layernorm", ...).
 typedef void (*mimi_cpu_range_fn)(void *ctx, int begin, int end, int ith);
-void mimi_cpu_for(const struct mimi_cpu *cpu, int n_items, int min_split, mimi_cpu_range_fn fn,
+void mimi_cpu_for(const struct mimi_cpu *cpu, const char *op, int n_items, int min_split, mimi_cpu_range_fn fn,
                   void *ctx);
+
+// ---- profile (cpu.c) ----
+
+// The profile of the step running on this thread (mimi_batch_profile on a CPU batch), or NULL:
+// every call above then reports its time to fn as (op, stage), and adds it to `timed`.
+struct mimi_cpu_profile {
+    mimi_profile_fn fn;
+    void *user;
+    const char *stage;  // "enc.seanet", ...: set by the step as it goes (mimi_cpu_stage)
+    double stage_t0;    // when the stage began (mimi_cpu_now_us)
+    double timed;       // microseconds reported since the stage began
+};
+extern _Thread_local struct mimi_cpu_profile *mimi_cpu_profiling;
+
+// Monotonic microseconds.
+double mimi_cpu_now_us(void);
+
+// Moves the thread's profiled step, if any, to `stage` (NULL: the step's end). The ending stage's
+// time not covered by the calls it reported goes out as op "other".
+void mimi_cpu_stage(const char *stage);
 
 // ---- streaming convolutions (conv_fast.c) ----
 

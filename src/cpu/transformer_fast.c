@@ -194,7 +194,7 @@ static void to_channels(void *ctx, int begin, int end, int ith) {
 static void layer_norm(const struct mimi_cpu *cpu, const float *x, float *y, int rows, int d,
                        const float *w, const float *b) {
     struct rows_job J = {.k = cpu->k, .x = x, .y = y, .w = w, .b = b, .d = d};
-    mimi_cpu_for(cpu, rows, 2, norm_rows, &J);
+    mimi_cpu_for(cpu, "layernorm", rows, 2, norm_rows, &J);
 }
 
 // y (rows, M) (epilogue) = packed W (M, K) . x (rows, K)^T
@@ -222,7 +222,7 @@ void mimi_cpu_transformer_forward(const struct transformer *t, struct transforme
     const struct tr_scratch s = carve(t, sc->scores, n, steps, mems[0]->capacity);
     // (d, rows) -> (rows, d)
     struct rows_job tj = {.src = io, .dst = sc->x, .rows = rows, .d = d};
-    mimi_cpu_for(cpu, d, rows >= 16 ? 2 : d + 1, to_rows, &tj);
+    mimi_cpu_for(cpu, "transpose", d, rows >= 16 ? 2 : d + 1, to_rows, &tj);
     plan_steps(t, mems, n, steps, &s);
     for (int l = 0; l < t->n_layers; l++) {
         const struct transformer_layer *w = &t->layers[l];
@@ -236,7 +236,7 @@ void mimi_cpu_transformer_forward(const struct transformer *t, struct transforme
                          .steps = steps,
                          .qkv = sc->qkv,
                          .att = sc->att};
-        mimi_cpu_for(cpu, n * t->n_heads, 2, attention_items, &A);
+        mimi_cpu_for(cpu, "attention", n * t->n_heads, 2, attention_items, &A);
         linear(cpu, w->p_out_proj, rows, sc->att, sc->x, MIMI_EPI_SCALE_ADD, w->scale1);
         // MLP branch: x += scale2 * linear2(gelu(linear1(LN2(x))))
         layer_norm(cpu, sc->x, sc->h, rows, d, w->norm2_w, w->norm2_b);
@@ -245,6 +245,6 @@ void mimi_cpu_transformer_forward(const struct transformer *t, struct transforme
     }
     // (rows, d) -> (d, rows)
     tj = (struct rows_job){.src = sc->x, .dst = io, .rows = rows, .d = d};
-    mimi_cpu_for(cpu, d, rows >= 16 ? 2 : d + 1, to_channels, &tj);
+    mimi_cpu_for(cpu, "transpose", d, rows >= 16 ? 2 : d + 1, to_channels, &tj);
     for (int k = 0; k < n; k++) mems[k]->next_position += steps;
 }
