@@ -140,6 +140,7 @@ static int run_streaming(struct mimi_model *model, const struct options *o, stru
 struct prof_table {
     const char *stage[PROF_ROWS], *op[PROF_ROWS];
     double us[PROF_ROWS], total;
+    long calls[PROF_ROWS];
     int n;
 };
 
@@ -147,8 +148,8 @@ static void on_op(void *user, const char *op, const char *stage, double us) {
     struct prof_table *t = user;
     int i = 0;
     while (i < t->n && (strcmp(t->stage[i], stage) || strcmp(t->op[i], op))) i++;
-    if (i == t->n && t->n < PROF_ROWS) t->stage[t->n] = stage, t->op[t->n] = op, t->us[t->n++] = 0.0;
-    if (i < PROF_ROWS) t->us[i] += us;
+    if (i == t->n && t->n < PROF_ROWS) t->stage[t->n] = stage, t->op[t->n] = op, t->us[t->n] = 0.0, t->calls[t->n++] = 0;
+    if (i < PROF_ROWS) t->us[i] += us, t->calls[i]++;
     t->total += us;
 }
 
@@ -164,8 +165,8 @@ static void print_profile(const char *name, const struct prof_table *t, int step
     printf("%s: %.2f ms per step\n", name, t->total / steps / 1e3);
     for (int k = 0; k < t->n; k++) {
         const int i = (int)(rows[k] - t->us);
-        printf("  %-18s %-14s %8.3f ms  %5.1f%%\n", t->stage[i], t->op[i], t->us[i] / steps / 1e3,
-               100.0 * t->us[i] / t->total);
+        printf("  %-18s %-14s %8.3f ms  %5.1f%%  %4ld calls\n", t->stage[i], t->op[i], t->us[i] / steps / 1e3,
+               100.0 * t->us[i] / t->total, t->calls[i] / steps);
     }
 }
 
