@@ -10,6 +10,7 @@
  * usage: test_gpu_plan
  */
 #include "mimi.h"
+#include "cpu/cpu.h"
 #include "cuda/plan.h"
 #include "safetensors.h"
 #include "test.h"
@@ -258,9 +259,7 @@ static void ring_store(const struct op_attention *a, void *ring, int slot, size_
         memcpy(base + sizeof(float) * i, &x, sizeof x);
         return;
     }
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    uint16_t h = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    const uint16_t h = mimi_to_bf16(x);
     memcpy(base + 2 * i, &h, sizeof h);
 }
 

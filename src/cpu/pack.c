@@ -15,7 +15,7 @@
 
 // ---- element conversion ----
 
-static uint16_t to_bf16(float x) {
+uint16_t mimi_to_bf16(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
@@ -24,7 +24,7 @@ static uint16_t to_bf16(float x) {
 }
 
 static float bf16_round(float x) {
-    uint32_t u = (uint32_t)to_bf16(x) << 16;
+    uint32_t u = (uint32_t)mimi_to_bf16(x) << 16;
     float r;
     memcpy(&r, &u, sizeof r);
     return r;
@@ -79,7 +79,7 @@ static struct mimi_packed *pack(struct mimi_cpu *cpu, element_fn get, const void
                 const int m = q * mr + r;
                 const float v = m < rows ? get(src, m, j) : 0.0f;
                 const size_t at = ((size_t)q * cols + j) * mr + r;
-                if (bf16) ((uint16_t *)data)[at] = to_bf16(v);
+                if (bf16) ((uint16_t *)data)[at] = mimi_to_bf16(v);
                 else ((float *)data)[at] = round_only ? bf16_round(v) : v;
             }
     cpu->packed_bytes += (int64_t)rows * cols * (bf16 ? 2 : 4);
