@@ -100,12 +100,8 @@ struct mimi_batch *mimi_batch_create(const struct mimi_model *model,
         (params->direction != MIMI_DIRECTION_ENCODE && params->direction != MIMI_DIRECTION_DECODE) ||
         (params->attention != MIMI_ATTENTION_RING && params->attention != MIMI_ATTENTION_WINDOW))
         rc = MIMI_EINVAL;
-    else if (model->quantizer.n_q &&
-             (params->n_codebooks < 1 || params->n_codebooks > model->quantizer.n_q)) {
-        mimi_log(model, MIMI_LOG_ERROR, "n_codebooks %d is outside 1..%d", params->n_codebooks,
-                 model->quantizer.n_q);
-        rc = MIMI_EINVAL;
-    }
+    else
+        rc = mimi_batch_check_codebooks(model, params->n_codebooks);
     if (!rc && model->cuda) return mimi_cuda_batch_create(model, params, err);  // on the device
     struct mimi_batch *b = rc ? NULL : calloc(1, sizeof *b);
     if (!rc && !b) rc = MIMI_ENOMEM;
@@ -251,6 +247,12 @@ int mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
     memcpy(pcm, out, sizeof(float) * (size_t)n * m->frame_size);
     mimi_cpu_stage(NULL);
     return MIMI_OK;
+}
+
+int mimi_batch_check_codebooks(const struct mimi_model *model, int n_codebooks) {
+    if (!model->quantizer.n_q || (n_codebooks >= 1 && n_codebooks <= model->quantizer.n_q)) return MIMI_OK;
+    mimi_log(model, MIMI_LOG_ERROR, "n_codebooks %d is outside 1..%d", n_codebooks, model->quantizer.n_q);
+    return MIMI_EINVAL;
 }
 
 int mimi_batch_check_kind(struct mimi_batch *b, int want_codes) {

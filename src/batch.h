@@ -65,6 +65,10 @@ int mimi_batch_decode_unchecked(struct mimi_batch *b, int n, const int *slots,
 // MIMI_EUNSUPPORTED with a message saying which API to use.
 int mimi_batch_check_kind(struct mimi_batch *b, int want_codes);
 
+// MIMI_OK when a batch or offline call of `model` may produce n_codebooks codebooks (any count
+// for a model without a quantizer); else logs why and returns MIMI_EINVAL.
+int mimi_batch_check_codebooks(const struct mimi_model *model, int n_codebooks);
+
 // Checks that every value is finite; records the first bad one.
 int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what);
 

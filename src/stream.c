@@ -294,11 +294,7 @@ static int offline_check_batch(struct mimi_batch *b, const struct mimi_model *mo
     b->capacity = 1;
     b->attention = p->attention;
     b->n_codebooks = model->quantizer.n_q ? p->n_codebooks : 0;
-    if (model->quantizer.n_q && (p->n_codebooks < 1 || p->n_codebooks > model->quantizer.n_q)) {
-        mimi_log(model, MIMI_LOG_ERROR, "n_codebooks %d is outside 1..%d", p->n_codebooks, model->quantizer.n_q);
-        return MIMI_EINVAL;
-    }
-    return MIMI_OK;
+    return mimi_batch_check_codebooks(model, p->n_codebooks);
 }
 
 // An offline call's result: `rc` as it is, its message (if any) logged.
