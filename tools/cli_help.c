@@ -4,6 +4,15 @@
  */
 #include "cli.h"
 
+// Where and how the codec runs: the same options for encode, decode and roundtrip.
+#define ENGINE_OPTIONS                                                                             \
+    "  --backend B           cpu, cuda (an NVIDIA GPU, when built with CUDA) or auto (cpu)\n"      \
+    "  --isa I               CPU kernels: auto, reference (the plain C definition), avx2,\n"       \
+    "                        avx512 or neon (default auto: the best the CPU has)\n"                \
+    "  --weights W           f32 (default) or bf16 (half the bytes; see the README for its fidelity)\n" \
+    "  --precision P         GPU arithmetic with --backend cuda: strict (default, f32), fast (TF32\n" \
+    "                        tensor cores) or bf16kv (fast, and bfloat16 attention rings)\n"
+
 // ---- mimi --help ----
 
 const char USAGE_MAIN[] =
@@ -78,12 +87,7 @@ const char USAGE_ENCODE[] =
     "                        default: streaming, frame by frame. Same codes up to 10 s.\n"
     "  -j, --jobs N          files encoded at once, each on its own thread (default 1)\n"
     "  --threads N           threads inside each encoder step (default: the CPUs, up to 8)\n"
-    "  --backend B           cpu, cuda (an NVIDIA GPU, when built with CUDA) or auto (cpu)\n"
-    "  --isa I               CPU kernels: auto, reference (the plain C definition), avx2,\n"
-    "                        avx512 or neon (default auto: the best the CPU has)\n"
-    "  --weights W           f32 (default) or bf16 (half the bytes; see the README for its fidelity)\n"
-    "  --precision P         GPU arithmetic with --backend cuda: strict (default, f32), fast (TF32\n"
-    "                        tensor cores) or bf16kv (fast, and bfloat16 attention rings)\n"
+    ENGINE_OPTIONS
     "  --json                a JSON summary of every file on stdout\n"
     "  -q, --quiet           no notes, summaries or progress bar\n"
     "  -h, --help            this text\n"
@@ -137,12 +141,7 @@ const char USAGE_DECODE[] =
     "  --offline             decode each file whole (the reference's offline path)\n"
     "  -j, --jobs N          files decoded at once (default 1)\n"
     "  --threads N           threads inside each decoder step (default: the CPUs, up to 8)\n"
-    "  --backend B           cpu, cuda (an NVIDIA GPU, when built with CUDA) or auto (cpu)\n"
-    "  --isa I               CPU kernels: auto, reference (the plain C definition), avx2,\n"
-    "                        avx512 or neon (default auto: the best the CPU has)\n"
-    "  --weights W           f32 (default) or bf16 (half the bytes; see the README for its fidelity)\n"
-    "  --precision P         GPU arithmetic with --backend cuda: strict (default, f32), fast (TF32\n"
-    "                        tensor cores) or bf16kv (fast, and bfloat16 attention rings)\n"
+    ENGINE_OPTIONS
     "  --json                a JSON summary of every file on stdout\n"
     "  -q, --quiet           no notes, summaries or progress bar\n"
     "  -h, --help            this text\n"
@@ -176,12 +175,7 @@ const char USAGE_ROUNDTRIP[] =
     "  --channels C          channel count of --raw input (default 1)\n"
     "  --float               32-bit float WAV output\n"
     "  --threads N           threads inside each codec step (default: the CPUs, up to 8)\n"
-    "  --backend B           cpu, cuda (an NVIDIA GPU, when built with CUDA) or auto (cpu)\n"
-    "  --isa I               CPU kernels: auto, reference (the plain C definition), avx2,\n"
-    "                        avx512 or neon (default auto: the best the CPU has)\n"
-    "  --weights W           f32 (default) or bf16 (half the bytes; see the README for its fidelity)\n"
-    "  --precision P         GPU arithmetic with --backend cuda: strict (default, f32), fast (TF32\n"
-    "                        tensor cores) or bf16kv (fast, and bfloat16 attention rings)\n"
+    ENGINE_OPTIONS
     "  --json                the report as JSON on stdout\n"
     "  -q, --quiet           no notes or progress bar\n"
     "  -h, --help            this text\n"
