@@ -126,7 +126,7 @@ static void emu_pointwise(const struct op_pointwise *a) {
     for (int c = 0; c < a->channels; c++)
         for (size_t j = 0; j < a->cols; j++) {
             size_t i = (size_t)c * a->cols + j;
-            float b = a->bias ? a->bias[c] : 0.0f, v = a->mode == EW_ELU_COPY ? 0.0f : a->y[i];
+            float b = a->bias ? a->bias[c] : 0.0f, v = a->y[i];
             switch (a->mode) {
             case EW_BIAS: a->y[i] = v + b; break;
             case EW_BIAS_ELU: a->y[i] = elu(v + b); break;
@@ -134,7 +134,6 @@ static void emu_pointwise(const struct op_pointwise *a) {
             case EW_ELU:
             case EW_ELU_ONES: a->y[i] = elu(v); break;
             case EW_GELU: a->y[i] = gelu(v); break;
-            case EW_ELU_COPY: a->y[i] = elu(a->x[i]); break;
             }
         }
 }

@@ -98,33 +98,32 @@ struct conv_geom {
     __device__ bool weights_vec(int p0, int n) const {
         return a.ld % 4 == 0 && p0 % 4 == 0 && n % 4 == 0 && (uintptr_t)a.w % 16 == 0;
     }
-    // Column n's [hist | f(x)] at index p = i*K + k, stepped `step` indices at a time.
+    // Column n's [hist | f(x)] at index p = i*K + k, stepped DIRECT_WARPS indices at a time.
     struct cursor {
-        const float *xi, *hist;  // channel i's input of the column's row; its slot's history (NULL: zeros)
-        size_t plane;            // R*T: from channel i to i + 1
+        const float *x, *hist;  // the row's channel-0 input and its slot's history (NULL: zeros)
         int i, k, j0, di, dk, replicate;
     };
-    __device__ cursor start(int n, int, int p, int step) const {
+    __device__ cursor start(int n, int, int p) const {
         const struct op_im2col &in = a.in;
         const int To = in.T / in.S, r = n / To, slot = in.row_slot[r], i = p / in.K;
         const float *hist = slot >= 0 && in.H > 0 ? in.hist + (size_t)slot * in.slot_stride : NULL;
         const int replicate = slot >= 0 && in.replicate && !in.started[(size_t)slot * in.slot_stride];
-        const size_t plane = (size_t)in.R * in.T;
-        return cursor{in.x + i * plane + (size_t)r * in.T, hist, plane, i, p - i * in.K, (n - r * To) * in.S,
-                      step / in.K, step % in.K, replicate};
+        return cursor{in.x + (size_t)r * in.T, hist, i, p - i * in.K, (n - r * To) * in.S,
+                      DIRECT_WARPS / in.K, DIRECT_WARPS % in.K, replicate};
     }
     __device__ float take(const cursor &c) const {
         const struct op_im2col &in = a.in;
+        const float *xr = c.x + (size_t)c.i * in.R * in.T;
         const int j = c.j0 + c.k;
         float v;
-        if (j >= in.H) v = c.xi[j - in.H];
-        else if (c.replicate) v = c.xi[0];
+        if (j >= in.H) v = xr[j - in.H];
+        else if (c.replicate) v = xr[0];
         else return c.hist ? c.hist[(size_t)c.i * in.H + j] : 0.0f;
         return in.elu ? elu_f(v) : v;
     }
     __device__ void advance(cursor &c) const {
-        c.i += c.di, c.k += c.dk, c.xi += c.di * c.plane;
-        if (c.k >= a.in.K) c.k -= a.in.K, c.i++, c.xi += c.plane;
+        c.i += c.di, c.k += c.dk;
+        if (c.k >= a.in.K) c.k -= a.in.K, c.i++;
     }
     __device__ void finish(int o, int, int n, float v) const {
         if (a.bias) v += a.w[(size_t)o * a.ld + reduction()];

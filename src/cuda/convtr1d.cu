@@ -100,21 +100,21 @@ struct convtr_geom {
     __device__ bool weights_vec(int p0, int n) const {
         return a.c_in % 4 == 0 && p0 % 4 == 0 && n % 4 == 0 && (uintptr_t)a.tr.w % 16 == 0;
     }
-    // Column n's input x(i, r, t - u) at index p = u*c_in + i, stepped `step` at a time.
+    // Column n's input x(i, r, t - u) at index p = u*c_in + i, stepped DIRECT_WARPS at a time.
     struct cursor {
         const float *x;  // the row's channel-0 input
-        int t, u, i, step;
+        int t, u, i;
     };
-    __device__ cursor start(int n, int, int p, int step) const {
+    __device__ cursor start(int n, int, int p) const {
         const int r = n / (a.tr.T + 1), u = p / a.c_in;
-        return cursor{a.tr.x + (size_t)r * a.tr.T, n - r * (a.tr.T + 1), u, p - u * a.c_in, step};
+        return cursor{a.tr.x + (size_t)r * a.tr.T, n - r * (a.tr.T + 1), u, p - u * a.c_in};
     }
     __device__ float take(const cursor &c) const {
         const int t = c.t - c.u;
         return t >= 0 && t < a.tr.T ? c.x[(size_t)c.i * a.tr.R * a.tr.T + t] : 0.0f;
     }
     __device__ void advance(cursor &c) const {
-        c.i += c.step;
+        c.i += DIRECT_WARPS;
         while (c.i >= a.c_in) c.i -= a.c_in, c.u++;
     }
     __device__ void finish(int o, int f, int n, float v) const {

@@ -9,8 +9,8 @@
  *                                                     code compiles to a body that exits)
  *   weight(o, phase, p), weights_vec(p0, n)           output o's weight at reduction index p;
  *                                                     whether 4 consecutive ones are one float4
- *   start(n, phase, p, step) -> cursor                column n's input at reduction index p:
- *   take(cursor), advance(cursor)                     its value, then the index `step` on
+ *   start(n, phase, p) -> cursor                      column n's input at reduction index p:
+ *   take(cursor), advance(cursor)                     its value, then the index DIRECT_WARPS on
  *   finish(o, phase, n, v)                            the epilogue: bias, activation, stores
  * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
  * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. The part
@@ -27,7 +27,6 @@
 #include <stdint.h>
 
 #include "common.cuh"
-#include "tiled.cuh"
 
 #define DIRECT_WARPS 8
 #define DIRECT_TO GPU_DIRECT_CHANNELS  // output channels per block
@@ -77,7 +76,7 @@ static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs
         for (; q < kc; q += DIRECT_WARPS) xs[q * 32 + lane] = 0.0f;
         return;
     }
-    typename G::cursor c = g.start(n, phase, p0 + q, DIRECT_WARPS);
+    typename G::cursor c = g.start(n, phase, p0 + q);
     for (; q < kc; q += DIRECT_WARPS * DIRECT_STAGE_LOADS) {
         float v[DIRECT_STAGE_LOADS];
 #pragma unroll
@@ -169,11 +168,9 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
 }
 
 // Launches g's kernel over `cols` columns, c_out channels and `phases` phases.
-// Large products go to the tiled kernel (tiled.cuh).
 template <class G>
 static int direct_launch(const G &g, int cols, int c_out, int phases, struct gpu_exec *ex, const char *what) {
     const struct gpu_split &sp = g.split();
-    if (sp.tiled) return tiled_launch(g, cols, c_out, phases, ex, what);
     // (with the 4 bytes of `last`, within the 48 KB a block gets without opting in)
     const size_t smem = sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC;
     static_assert(sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC + 16 <= 48 * 1024, "direct kernel shared memory");

@@ -18,7 +18,7 @@ static __global__ void pointwise_kernel(const struct op_pointwise a) {
         float *y = a.y + (size_t)c * a.cols, *x = a.x ? a.x + (size_t)c * a.cols : NULL;
         const float b = a.bias && c < a.channels ? a.bias[c] : 0.0f;
         for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < a.cols; j += (size_t)gridDim.x * blockDim.x) {
-            float v = a.mode == EW_ELU_COPY ? 0.0f : y[j];
+            float v = y[j];
             switch (a.mode) {
             case EW_BIAS: y[j] = __fadd_rn(v, b); break;
             case EW_BIAS_ELU: y[j] = elu_f(__fadd_rn(v, b)); break;
@@ -26,7 +26,6 @@ static __global__ void pointwise_kernel(const struct op_pointwise a) {
             case EW_ELU: y[j] = elu_f(v); break;
             case EW_ELU_ONES: y[j] = c < a.channels ? elu_f(v) : 1.0f; break;
             case EW_GELU: y[j] = gelu_f(v); break;
-            case EW_ELU_COPY: y[j] = elu_f(x[j]); break;
             }
         }
     }

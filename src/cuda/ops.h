@@ -45,18 +45,11 @@ struct gpu_exec {
 #define GPU_DIRECT_CHANNELS 32
 #define GPU_CONV_PART_FLOATS (1 << 20)
 #define GPU_CONV_COUNTERS 2048
-// With `tiled` the layer runs instead as the implicit-GEMM kernel of tiled.cuh (splits = 1), whose
-// blocks cover gpu_tiled_channels(c_out) channels x GPU_TILED_COLS columns of one phase: for
-// products with enough such tiles to fill the chip, whatever their size (many streams, whole
-// signals).
 struct gpu_split {
     int splits, chunk;
     float *part;
     uint32_t *counters;
-    int tiled;
 };
-#define GPU_TILED_COLS 128
-static inline int gpu_tiled_channels(int c_out) { return c_out <= 16 ? 16 : c_out <= 32 ? 32 : 64; }
 
 // ---- conv1d.cu ----
 
@@ -133,7 +126,6 @@ enum {
     EW_ELU = 3,       // y = elu(y)
     EW_GELU = 4,      // y = gelu(y), exact erf form
     EW_ELU_ONES = 5,  // y = elu(y), and row `channels` of y (one past the last) = 1.0
-    EW_ELU_COPY = 6,  // y = elu(x)
 };
 
 // y, x: (channels, cols).

@@ -330,7 +330,7 @@ static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int
 
 static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
                       size_t cols) {
-    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu", "elu"};
+    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu"};
     struct op_pointwise *a = &emit(B, GOP_POINTWISE, names[mode])->u.pointwise;
     *a = (struct op_pointwise){y, x, bias, channels, cols, mode};
 }
@@ -356,24 +356,12 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 // Below DIRECT_CONV_MIN_COLS columns most lanes of a direct block would idle: im2col and the
 // skinny kernel, which streams the weights, are faster there (measured at 2 and 16 columns).
 #define DIRECT_CONV_MIN_COLS 5
-// Products with at least this many tiles of the tiled kernel (two per SM of an H200) run on it,
-// whatever their size.
-#define TILED_MIN_TILES 264
-static int tiled_conv(int cols, int c_out, int phases) {
-    const long tiles = (long)((cols + GPU_TILED_COLS - 1) / GPU_TILED_COLS) *
-                       ((c_out + gpu_tiled_channels(c_out) - 1) / gpu_tiled_channels(c_out)) * phases;
-    return tiles >= TILED_MIN_TILES;
-}
-static int direct_conv(int cols, int c_out, int phases, double macs) {
-    return tiled_conv(cols, c_out, phases) || (cols >= DIRECT_CONV_MIN_COLS && macs <= DIRECT_CONV_MAX_MACS);
-}
+static int direct_conv(int cols, double macs) { return cols >= DIRECT_CONV_MIN_COLS && macs <= DIRECT_CONV_MAX_MACS; }
 
 // Splits a direct kernel's reduction of KK indices over `cols` columns, c_out channels and
 // `phases` phases so that the chip has enough blocks and each stages a bounded slice, within the
 // scratch for the parts' sums and the tile counters.
 static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_out, int phases) {
-    if (tiled_conv(cols, c_out, phases))
-        return (struct gpu_split){1, KK, scratch(B, B->L->sc_conv_part), (uint32_t *)scratch(B, B->L->sc_conv_counters), 1};
     const long tiles = (long)((cols + 31) / 32) * ((c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * phases;
     const long outputs = (long)cols * c_out * phases;
     long s = (DIRECT_CONV_BLOCKS + tiles - 1) / tiles;
@@ -382,7 +370,7 @@ static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_
     while (s > 1 && (s * outputs > GPU_CONV_PART_FLOATS || tiles > GPU_CONV_COUNTERS)) s--;
     if (s < 1) s = 1;
     struct gpu_split sp = {1, (int)(((KK + s - 1) / s + 3) & ~3L), scratch(B, B->L->sc_conv_part),
-                           (uint32_t *)scratch(B, B->L->sc_conv_counters), 0};
+                           (uint32_t *)scratch(B, B->L->sc_conv_counters)};
     sp.splits = (KK + sp.chunk - 1) / sp.chunk;
     return sp;
 }
@@ -405,13 +393,7 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
-    if (direct_conv(N, c->c_out, 1, (double)N * c->c_out * ck)) {
-        if (elu && tiled_conv(N, c->c_out, 1)) {
-            // the tiled kernel reads each input K / S times: activate it once, into the (unused) im2col buffer
-            float *act = scratch(B, B->L->sc_col);
-            pointwise(B, EW_ELU_COPY, act, (float *)x, NULL, c->c_in, (size_t)B->R * T);
-            x = act, elu = 0;
-        }
+    if (direct_conv(N, (double)N * c->c_out * ck)) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
                               direct_split(B, ck - with_bias, N, c->c_out, 1)};
@@ -432,8 +414,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
-    if (dense && K == 2 * S &&
-        direct_conv(B->R * (T + 1), c->c_out, S, (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
+    if (dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
         // one kernel, its next tail staged in the (unused) taps buffer, then stored
         a.taps = NULL;
         a.w = W;
@@ -455,7 +436,7 @@ static void plan_resblock(struct builder *B, const struct seanet_layer *l, const
                           float *x, int T, float *hist) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
-    if (direct_conv(N, hid, 1, (double)N * hid * (c * l->conv.kernel + 1))) {
+    if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
         plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);
