@@ -239,6 +239,36 @@ static void test_fast_wide(void) {
     }
 }
 
+// Whole-signal encode and decode of the clip in the fast modes against strict: one slot steps
+// up to 64 frames at a time, which puts its convs on the large-product kernels (im2col + cuBLAS,
+// or the windowed tensor-core conv) that lone streams never use.
+static void test_fast_offline(void) {
+    const int64_t n = clip_frames * FRAME, max = clip_frames * N_Q;
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    int32_t *strict_codes = malloc(sizeof(int32_t) * max), *codes = malloc(sizeof(int32_t) * max);
+    float *strict_pcm = malloc(sizeof(float) * n), *pcm = malloc(sizeof(float) * n);
+    CHECK(strict_codes && codes && strict_pcm && pcm);
+    if (!strict_codes || !codes || !strict_pcm || !pcm) goto done;
+    CHECK_EQ(mimi_encode_offline(gpu, &sp, clip, n, strict_codes, max), clip_frames);
+    CHECK_EQ(mimi_decode_offline(gpu, &sp, strict_codes, clip_frames, strict_pcm, n), n);
+    struct mimi_model *modes[2] = {gpu_fast, gpu_bf16};
+    const char *names[2] = {"fast (TF32)", "fast (bf16 KV)"};
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(mimi_encode_offline(modes[i], &sp, clip, n, codes, max), clip_frames);
+        CHECK_EQ(mimi_decode_offline(modes[i], &sp, strict_codes, clip_frames, pcm, n), n);
+        int eq = 0;
+        for (int64_t j = 0; j < max; j++) eq += codes[j] == strict_codes[j];
+        const double agree = (double)eq / max, e = rel_l2(pcm, strict_pcm, (size_t)n);
+        printf("  %s vs strict, whole signal of %lld frames: codes equal %.4f, decode pcm rel_l2 %.3e\n", names[i],
+               (long long)clip_frames, agree, e);
+        CHECK(agree >= 0.97 && e > 0 && e < 0.01);
+    }
+done:
+    free(strict_codes), free(codes), free(strict_pcm), free(pcm);
+}
+
 // Slot s reads the clip from frame 7 s; slot 1 skips step 2, slot 0 skips steps 3 and 4.
 static void test_batch_vs_lone(void) {
     struct mimi_batch *enc, *dec;
@@ -437,6 +467,7 @@ int main(int argc, char **argv) {
     test_vs_cpu();
     test_batch_vs_lone();
     test_fast_wide();
+    test_fast_offline();
     test_async();
     test_profile();
     free(clip);
