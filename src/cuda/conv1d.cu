@@ -7,7 +7,6 @@
 #include <stdint.h>
 
 #include "direct.cuh"
-#include "window.cuh"
 
 // ---- im2col ----
 
@@ -135,7 +134,6 @@ struct conv_geom {
 };
 
 extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
-    if (a->window) return window_launch(a, ex);
     return direct_launch(conv_geom{*a}, a->in.R * (a->in.T / a->in.S), a->c_out, 1, ex, "conv");
 }
 

@@ -79,15 +79,12 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // The input side (x, history, f, padding rows) is `in`'s, as for im2col; in.col and in.ones are
 // unused, and the history is not carried (a GOP_CARRY follows when H > 0).
 // See struct gpu_split for how the reduction is spread over blocks.
-// With `window` (fast precisions, large products) the conv runs instead on the tensor cores as
-// an implicit GEMM over staged input windows (window.cuh); `split` is then unused.
 struct op_conv {
     struct op_im2col in;
     const float *w;  // (c_out, ld): the c_in*K weights of output o, then its bias when `bias`
     float *y;        // (c_out, R, T/S)
     int c_out, ld, bias, post_elu, accumulate;
     struct gpu_split split;
-    int window;
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 

@@ -358,18 +358,6 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 #define DIRECT_CONV_MIN_COLS 5
 static int direct_conv(int cols, double macs) { return cols >= DIRECT_CONV_MIN_COLS && macs <= DIRECT_CONV_MAX_MACS; }
 
-// In the fast precisions, convs with at least WINDOW_MIN_STEPS output steps per row and enough
-// blocks to fill the chip (two per SM of an H200) run on the windowed tensor-core kernel
-// (window.cuh), which reads each input once instead of im2col's K / S copies.
-#define WINDOW_MIN_STEPS 64
-#define WINDOW_MIN_BLOCKS 264
-static int window_conv(const struct builder *B, const struct mimi_conv *c, int T_out) {
-    if (B->m->precision == MIMI_PRECISION_STRICT || T_out < WINDOW_MIN_STEPS || c->kernel > 32) return 0;
-    const int rows = c->c_out <= 16 ? 16 : c->c_out <= 32 ? 32 : 64;
-    const long blocks = (long)B->R * ((T_out + 127) / 128) * ((c->c_out + rows - 1) / rows);
-    return blocks >= WINDOW_MIN_BLOCKS;
-}
-
 // Splits a direct kernel's reduction of KK indices over `cols` columns, c_out channels and
 // `phases` phases so that the chip has enough blocks and each stages a bounded slice, within the
 // scratch for the parts' sums and the tile counters.
@@ -405,11 +393,10 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
-    const int window = window_conv(B, c, T / c->stride);
-    if (window || direct_conv(N, (double)N * c->c_out * ck)) {
+    if (direct_conv(N, (double)N * c->c_out * ck)) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
-                              direct_split(B, ck - with_bias, N, c->c_out, 1), window};
+                              direct_split(B, ck - with_bias, N, c->c_out, 1)};
         if (d->in.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
         return;
     }
@@ -449,7 +436,7 @@ static void plan_resblock(struct builder *B, const struct seanet_layer *l, const
                           float *x, int T, float *hist) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
-    if (window_conv(B, &l->conv, T) || direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
+    if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
         plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);
