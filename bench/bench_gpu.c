@@ -7,6 +7,9 @@
  * is the CPU's.
  *
  * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv]
+ *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--warm N] [--ops]
+ *                                            (only the per-op profile of B streams; --ops lists
+ *                                            every op of the step in plan order)
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -221,13 +224,23 @@ static void agg_add(struct agg *a, const char *key, double us) {
     a->total += us;
 }
 
+#define MAX_OPS 512
 struct prof {
     struct agg by_op, by_stage, by_both;
     char names[MAX_KEYS][48];
+    struct {  // every op of the step in plan order (--ops)
+        const char *op, *stage;
+        double us;
+    } seq[MAX_OPS];
+    int n_seq;
 };
 
 static void on_op(void *user, const char *op, const char *stage, double us) {
     struct prof *p = user;
+    if (p->n_seq < MAX_OPS) {
+        p->seq[p->n_seq].op = op, p->seq[p->n_seq].stage = stage, p->seq[p->n_seq].us = us;
+        p->n_seq++;
+    }
     agg_add(&p->by_op, op, us);
     agg_add(&p->by_stage, stage, us);
     // op within stage, e.g. "enc.seanet/im2col"
@@ -253,6 +266,7 @@ static void agg_print(struct agg a, const char *title, int top) {
 }
 
 static int warm_steps = STEADY_WARM;  // --warm: steps before the profiled ones
+static int print_ops;                  // --ops: every op of the profiled step, in plan order
 
 // One profiled encode and decode step of B streams (after --warm steps; default: rings full).
 static void profile(struct mimi_model *m, int B) {
@@ -270,7 +284,7 @@ static void profile(struct mimi_model *m, int B) {
         for (int k = 0; k < warm_steps; k++)
             if (mimi_batch_encode(enc, B, slots, pcm, codes) || mimi_batch_decode(dec, B, slots, codes, out)) break;
         for (int dir = 0; dir < 2; dir++) {
-            struct prof p = {0};
+            static struct prof p;
             for (int k = 0; k < 2; k++) {  // the second step is the one kept
                 memset(&p, 0, sizeof p);
                 int rc = dir == 0 ? mimi_batch_profile(enc, B, slots, pcm, codes, on_op, &p)
@@ -282,6 +296,8 @@ static void profile(struct mimi_model *m, int B) {
             agg_print(p.by_op, "by op:", 10);
             agg_print(p.by_stage, "by stage:", 6);
             agg_print(p.by_both, "by both:", 16);
+            for (int i = 0; print_ops && i < p.n_seq; i++)
+                printf("      %3d %-18s %-14s %9.1f us\n", i, p.seq[i].stage, p.seq[i].op, p.seq[i].us);
         }
     }
     mimi_batch_destroy(enc);
@@ -396,6 +412,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-streams") && i + 1 < argc) max_streams = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warm") && i + 1 < argc) warm_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ops")) print_ops = 1;
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             const char *list = argv[++i];
             modes = (strstr(list, "strict") ? 1 : 0) | (strstr(list, "fast") ? 2 : 0) | (strstr(list, "bf16kv") ? 4 : 0);
@@ -407,7 +424,7 @@ int main(int argc, char **argv) {
             return rc ? 1 : 0;
         }
         else {
-            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--profile B [--warm N]] | "
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--profile B [--warm N] [--ops]] | "
                             "--write-model PATH\n", argv[0]);
             return 2;
         }
