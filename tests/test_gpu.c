@@ -170,7 +170,8 @@ static int batch_pair(struct mimi_model *m, int capacity, int open, struct mimi_
 
 // ---- fast modes on the cuBLAS products ----
 
-#define WIDE 64  // slots: wide enough that the SEANet products go through cuBLAS
+#define WIDE 160  // slots, in a 256-row bucket with padding rows: the SEANet products go through
+                  // cuBLAS, and the decoder's last conv through the narrow kernel
 #define WIDE_F 6
 
 // WIDE_F steps of WIDE slots (slot s reads the clip from frame s % 24): codes (WIDE_F, WIDE, N_Q),

@@ -133,7 +133,67 @@ struct conv_geom {
     }
 };
 
+// ---- narrow conv (one output channel) ----
+
+// Block: GPU_NARROW_COLS consecutive output steps t0 .. of one row, a thread each. For every
+// GPU_NARROW_CHANNELS input channels the block stages their windows xin(i, r, t0*S + j),
+// j < W = GPU_NARROW_WINDOW(K, S), once (f = ELU applied there), then each thread adds its
+// column's c*K products from shared memory, channels and taps in ascending order.
+static __global__ void narrow_kernel(const struct op_conv a) {
+    pdl_begin();
+    extern __shared__ float narrow_win[];  // (GPU_NARROW_CHANNELS, W)
+    const struct op_im2col &in = a.in;
+    const int To = in.T / in.S, tiles = (To + GPU_NARROW_COLS - 1) / GPU_NARROW_COLS;
+    const int r = blockIdx.x / tiles, t0 = blockIdx.x % tiles * GPU_NARROW_COLS, t = t0 + threadIdx.x;
+    const int W = GPU_NARROW_WINDOW(in.K, in.S), base = t0 * in.S - in.H, slot = in.row_slot[r];
+    const bool replicate = slot >= 0 && in.replicate && !in.started[(size_t)slot * in.slot_stride];
+    float acc = 0.0f;
+    for (int i0 = 0; i0 < in.c_in; i0 += GPU_NARROW_CHANNELS) {
+        const int nc = min(GPU_NARROW_CHANNELS, in.c_in - i0);
+        __syncthreads();  // the previous windows are consumed
+        for (int c = 0; c < nc; c++) {
+            const int i = i0 + c;
+            const float *xr = in.x + ((size_t)i * in.R + r) * in.T;
+            for (int j = threadIdx.x; j < W; j += blockDim.x) {
+                const int q = base + j;
+                float v = 0.0f;
+                if (q >= 0) {
+                    if (q < in.T) v = in.elu ? elu_f(xr[q]) : xr[q];
+                } else if (replicate) {
+                    v = in.elu ? elu_f(xr[0]) : xr[0];
+                } else if (slot >= 0) {
+                    v = in.hist[(size_t)slot * in.slot_stride + (size_t)i * in.H + q + in.H];
+                }
+                narrow_win[c * W + j] = v;
+            }
+        }
+        __syncthreads();
+        for (int c = 0; c < nc; c++) {
+            const float *w = a.w + (size_t)(i0 + c) * in.K, *x = narrow_win + c * W + threadIdx.x * in.S;
+            for (int k = 0; k < in.K; k++) acc += w[k] * x[k];
+        }
+    }
+    if (t >= To) return;
+    float v = acc;
+    if (a.bias) v += a.w[(size_t)in.c_in * in.K];
+    if (a.post_elu) v = elu_f(v);
+    float *y = a.y + (size_t)r * To + t;
+    *y = a.accumulate ? *y + v : v;
+}
+
+static int launch_narrow(const struct op_conv *a, struct gpu_exec *ex) {
+    const int To = a->in.T / a->in.S, tiles = (To + GPU_NARROW_COLS - 1) / GPU_NARROW_COLS;
+    const size_t smem = sizeof(float) * GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(a->in.K, a->in.S);
+    if (a->c_out != 1 || smem > 48 * 1024) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "conv: the narrow kernel takes one output channel and windows within 48 KB");
+        return MIMI_EINVAL;
+    }
+    pdl_launch(narrow_kernel, dim3((unsigned)a->in.R * tiles), GPU_NARROW_COLS, smem, ex, *a);
+    return launch_status(ex, "conv");
+}
+
 extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
+    if (a->narrow) return launch_narrow(a, ex);
     return direct_launch(conv_geom{*a}, a->in.R * (a->in.T / a->in.S), a->c_out, 1, ex, "conv");
 }
 

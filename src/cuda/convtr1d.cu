@@ -43,7 +43,42 @@ static __global__ void convtr_out_kernel(const struct op_convtr a) {
     }
 }
 
+// The same for a dense layer with K = 2S (every SEANet upsampling layer): output step t*S + f
+// takes tap f at input step t and, for t > 0, tap f + S at step t - 1, added in that ascending
+// order. A thread takes one input step (o, r, t) and writes its S outputs: the taps it reads
+// are coalesced rows, with no per-output index arithmetic.
+static __global__ void convtr_out2_kernel(const struct op_convtr a) {
+    pdl_begin();
+    const unsigned N = (unsigned)a.R * a.T;
+    const int S = a.S;
+    for (int o = blockIdx.y; o < a.c_out; o += gridDim.y) {
+        const float b = a.bias ? a.bias[o] : 0.0f;
+        const float *taps = a.taps + (size_t)o * 2 * S * N;  // tap k of column n at taps[k*N + n]
+        for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+            const unsigned r = n / a.T, t = n - r * a.T;
+            float *y = a.y + ((size_t)o * N + n) * S;
+            if (t > 0) {
+                for (int f = 0; f < S; f++)
+                    y[f] = __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), taps[(size_t)f * N + n]);
+                continue;
+            }
+            const int slot = a.row_slot[r];
+            const float *tail = slot >= 0 ? a.tail + (size_t)slot * a.slot_stride + (size_t)o * S : NULL;
+            for (int f = 0; f < S; f++) {
+                float v = __fadd_rn(b, taps[(size_t)f * N + n]);
+                y[f] = tail ? __fadd_rn(v, tail[f]) : v;
+            }
+        }
+    }
+}
+
 static int launch_out(const struct op_convtr *a, struct gpu_exec *ex) {
+    if (a->taps && a->K == 2 * a->S) {
+        dim3 grid(grid_for((size_t)a->R * a->T, 256), a->c_out < 65535 ? a->c_out : 65535);
+        if (grid.x > 65535) grid.x = 65535;
+        pdl_launch(convtr_out2_kernel, grid, 256, 0, ex, *a);
+        return launch_status(ex, "convtr_out");
+    }
     const size_t N = (size_t)a->R * a->S * a->T;
     dim3 grid(grid_for(N, 256), a->c_out < 65535 ? a->c_out : 65535);
     if (grid.x > 65535) grid.x = 65535;

@@ -79,12 +79,19 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // The input side (x, history, f, padding rows) is `in`'s, as for im2col; in.col and in.ones are
 // unused, and the history is not carried (a GOP_CARRY follows when H > 0).
 // See struct gpu_split for how the reduction is spread over blocks.
+// With `narrow` (c_out = 1: the decoder's last conv, for many columns) the conv runs instead as
+// one thread per output column over input windows staged once per block (conv1d.cu); `split`
+// is then unused. It needs GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(K, S) floats of shared memory.
+#define GPU_NARROW_COLS 256
+#define GPU_NARROW_CHANNELS 16
+#define GPU_NARROW_WINDOW(K, S) ((GPU_NARROW_COLS - 1) * (S) + (K))
 struct op_conv {
     struct op_im2col in;
     const float *w;  // (c_out, ld): the c_in*K weights of output o, then its bias when `bias`
     float *y;        // (c_out, R, T/S)
     int c_out, ld, bias, post_elu, accumulate;
     struct gpu_split split;
+    int narrow;
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 
