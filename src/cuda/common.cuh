@@ -7,6 +7,7 @@
 #define MIMI_CUDA_COMMON_CUH
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "mimi.h"
@@ -65,6 +66,19 @@ static inline unsigned grid_for(size_t n, int block) {
 // Grid-stride loop over [0, n).
 #define FOR_EACH(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+// Whether this block is the last of `n` blocks to arrive at *counter, each after its writes:
+// the last one then sees every block's writes (it resets the counter when done). Every thread
+// of the block must call it.
+static __device__ __forceinline__ bool last_block(uint32_t *counter, unsigned n) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == n - 1;
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
 
 // ELU with alpha 1, as mimi_elu.
 static __device__ __forceinline__ float elu_f(float x) { return x > 0.0f ? x : expm1f(x); }

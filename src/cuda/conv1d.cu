@@ -142,6 +142,7 @@ struct conv_geom {
 static __global__ void narrow_kernel(const struct op_conv a) {
     pdl_begin();
     extern __shared__ float narrow_win[];  // (GPU_NARROW_CHANNELS, W)
+    __shared__ float narrow_w[GPU_NARROW_CHANNELS * GPU_NARROW_MAX_K];
     const struct op_im2col &in = a.in;
     const int To = in.T / in.S, tiles = (To + GPU_NARROW_COLS - 1) / GPU_NARROW_COLS;
     const int r = blockIdx.x / tiles, t0 = blockIdx.x % tiles * GPU_NARROW_COLS, t = t0 + threadIdx.x;
@@ -151,6 +152,7 @@ static __global__ void narrow_kernel(const struct op_conv a) {
     for (int i0 = 0; i0 < in.c_in; i0 += GPU_NARROW_CHANNELS) {
         const int nc = min(GPU_NARROW_CHANNELS, in.c_in - i0);
         __syncthreads();  // the previous windows are consumed
+        for (int e = threadIdx.x; e < nc * in.K; e += blockDim.x) narrow_w[e] = a.w[(size_t)i0 * in.K + e];
         for (int c = 0; c < nc; c++) {
             const int i = i0 + c;
             const float *xr = in.x + ((size_t)i * in.R + r) * in.T;
@@ -169,7 +171,7 @@ static __global__ void narrow_kernel(const struct op_conv a) {
         }
         __syncthreads();
         for (int c = 0; c < nc; c++) {
-            const float *w = a.w + (size_t)(i0 + c) * in.K, *x = narrow_win + c * W + threadIdx.x * in.S;
+            const float *w = narrow_w + c * in.K, *x = narrow_win + c * W + threadIdx.x * in.S;
             for (int k = 0; k < in.K; k++) acc += w[k] * x[k];
         }
     }
@@ -184,8 +186,10 @@ static __global__ void narrow_kernel(const struct op_conv a) {
 static int launch_narrow(const struct op_conv *a, struct gpu_exec *ex) {
     const int To = a->in.T / a->in.S, tiles = (To + GPU_NARROW_COLS - 1) / GPU_NARROW_COLS;
     const size_t smem = sizeof(float) * GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(a->in.K, a->in.S);
-    if (a->c_out != 1 || smem > 48 * 1024) {
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "conv: the narrow kernel takes one output channel and windows within 48 KB");
+    if (a->c_out != 1 || a->in.K > GPU_NARROW_MAX_K || smem > 40 * 1024) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen, "conv: the narrow kernel takes one output channel, K <= %d and windows within 40 KB",
+                     GPU_NARROW_MAX_K);
         return MIMI_EINVAL;
     }
     pdl_launch(narrow_kernel, dim3((unsigned)a->in.R * tiles), GPU_NARROW_COLS, smem, ex, *a);

@@ -5,6 +5,8 @@
  * depthwise layer (the upsample) multiplies its input in the overlap-add. Small dense layers:
  * the whole layer in one direct kernel (direct.cuh) and a copy of the new tail.
  */
+#include <stdint.h>
+
 #include "direct.cuh"
 
 // `v` plus the taps landing on full-output column q of channel o, row r, added in the order the
@@ -57,6 +59,15 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
             const unsigned r = n / a.T, t = n - r * a.T;
             float *y = a.y + ((size_t)o * N + n) * S;
+            if (t > 0 && S % 4 == 0 && (uintptr_t)a.y % 16 == 0) {  // 16-byte stores
+                for (int f = 0; f < S; f += 4) {
+                    float v[4];
+                    for (int u = 0; u < 4; u++)
+                        v[u] = __fadd_rn(__fadd_rn(b, taps[(size_t)(f + u + S) * N + n - 1]), taps[(size_t)(f + u) * N + n]);
+                    *(float4 *)(y + f) = make_float4(v[0], v[1], v[2], v[3]);
+                }
+                continue;
+            }
             if (t > 0) {
                 for (int f = 0; f < S; f++)
                     y[f] = __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), taps[(size_t)f * N + n]);

@@ -95,7 +95,6 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
     pdl_begin();
     static_assert(DIRECT_TO % DIRECT_WARPS == 0 && DIRECT_TO % 4 == 0, "channels split evenly over the warps");
     extern __shared__ float4 direct_smem[];
-    __shared__ bool last;
     float *ws = (float *)direct_smem, *xs = ws + DIRECT_KC * DIRECT_TO;  // (kc, DIRECT_TO), (kc, 32)
     const struct gpu_split &sp = g.split();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -149,13 +148,8 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
     }
     if (sp.splits == 1) return;
     // the tile's last part to finish adds the parts in order
-    __threadfence();
-    __syncthreads();
     uint32_t *counter = sp.counters + blockIdx.y * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)sp.splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_block(counter, sp.splits)) return;
     if (threadIdx.x == 0) *counter = 0;
     for (int oi = warp; oi < DIRECT_TO; oi += DIRECT_WARPS) {
         const int o = o0 + oi;
@@ -171,7 +165,7 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
 template <class G>
 static int direct_launch(const G &g, int cols, int c_out, int phases, struct gpu_exec *ex, const char *what) {
     const struct gpu_split &sp = g.split();
-    // (with the 4 bytes of `last`, within the 48 KB a block gets without opting in)
+    // (with last_block's flag, within the 48 KB a block gets without opting in)
     const size_t smem = sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC;
     static_assert(sizeof(float) * (DIRECT_TO + 32) * DIRECT_KC + 16 <= 48 * 1024, "direct kernel shared memory");
     static_assert(DIRECT_WARPS * DIRECT_TO * 32 <= (DIRECT_TO + 32) * DIRECT_KC, "warp sums fit the staging area");

@@ -81,9 +81,11 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // See struct gpu_split for how the reduction is spread over blocks.
 // With `narrow` (c_out = 1: the decoder's last conv, for many columns) the conv runs instead as
 // one thread per output column over input windows staged once per block (conv1d.cu); `split`
-// is then unused. It needs GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(K, S) floats of shared memory.
+// is then unused. It takes K <= GPU_NARROW_MAX_K and GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(K, S)
+// floats of shared memory, at most 40 KB.
 #define GPU_NARROW_COLS 256
 #define GPU_NARROW_CHANNELS 16
+#define GPU_NARROW_MAX_K 32
 #define GPU_NARROW_WINDOW(K, S) ((GPU_NARROW_COLS - 1) * (S) + (K))
 struct op_conv {
     struct op_im2col in;

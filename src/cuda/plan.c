@@ -396,8 +396,8 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     const int direct = direct_conv(N, (double)N * c->c_out * ck);
     // one output channel over many columns: im2col would write K copies of the input for a
     // product that reads them once
-    const int narrow = !direct && c->c_out == 1 && N >= GPU_NARROW_COLS &&
-                       sizeof(float) * GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(c->kernel, c->stride) <= 48 * 1024;
+    const int narrow = !direct && c->c_out == 1 && N >= GPU_NARROW_COLS && c->kernel <= GPU_NARROW_MAX_K &&
+                       sizeof(float) * GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(c->kernel, c->stride) <= 40 * 1024;
     if (direct || narrow) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,

@@ -59,7 +59,6 @@ static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const str
     __shared__ float qs[GPU_SKINNY_MAX * GPU_RVQ_MAX_DIM];
     __shared__ float wv[RVQ_WARPS][GPU_SKINNY_MAX];
     __shared__ int wj[RVQ_WARPS][GPU_SKINNY_MAX], code[GPU_SKINNY_MAX];
-    __shared__ bool last;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x;
     for (int i = threadIdx.x; i < R * a.dim; i += blockDim.x) qs[i] = a.query[i];
     __syncthreads();
@@ -103,12 +102,7 @@ static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const str
         part_j[(size_t)blockIdx.x * R + s] = j;
     }
     // the last block to finish reduces the candidates of all blocks
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == (unsigned)G - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_block(a.counter, G)) return;
     // a warp per row over the blocks' candidates: the (v, j) minimum is the same in any order
     for (int s = warp; s < R; s += RVQ_WARPS) {
         float v = INFINITY;
