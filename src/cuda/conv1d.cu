@@ -62,6 +62,49 @@ static __global__ void im2col4_kernel(const struct op_im2col a) {
     }
 }
 
+// The same for a compile-time (K, S): the 3S + K inputs the four columns read are formed
+// (history, padding, ELU) once each, in registers, instead of once per tap that reads them.
+template <int K, int S>
+static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
+    pdl_begin();
+    constexpr int NIN = 3 * S + K;
+    const unsigned To = a.T / S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
+    for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
+        float4 *col = (float4 *)(a.col + (size_t)i * K * N);
+        for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
+            if (i == a.c_in) {
+                col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                continue;
+            }
+            const unsigned n = 4 * n4, r = n / To, t = n - r * To;
+            const int j0 = (int)t * S;
+            float v[NIN];
+            if (j0 >= a.H) {  // inputs x[j0 - H ..], all inside the row
+                const float *xr = a.x + ((size_t)i * a.R + r) * a.T + (j0 - a.H);
+#pragma unroll
+                for (int u = 0; u < NIN; u++) v[u] = a.elu ? elu_f(xr[u]) : xr[u];
+            } else {
+#pragma unroll
+                for (int u = 0; u < NIN; u++) v[u] = xin(a, i, r, j0 + u);
+            }
+#pragma unroll
+            for (int k = 0; k < K; k++) col[(size_t)k * N4 + n4] = make_float4(v[k], v[k + S], v[k + 2 * S], v[k + 3 * S]);
+        }
+    }
+}
+
+// The (K, S) pairs of Mimi's SEANet and resampling convs get im2col4_ks_kernel.
+static void (*im2col4_for(int K, int S))(const struct op_im2col) {
+    if (K == 3 && S == 1) return im2col4_ks_kernel<3, 1>;
+    if (K == 7 && S == 1) return im2col4_ks_kernel<7, 1>;
+    if (K == 4 && S == 2) return im2col4_ks_kernel<4, 2>;
+    if (K == 8 && S == 4) return im2col4_ks_kernel<8, 4>;
+    if (K == 10 && S == 5) return im2col4_ks_kernel<10, 5>;
+    if (K == 12 && S == 6) return im2col4_ks_kernel<12, 6>;
+    if (K == 16 && S == 8) return im2col4_ks_kernel<16, 8>;
+    return im2col4_kernel;
+}
+
 static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     const size_t N = (size_t)a->R * (a->T / a->S);
     const int rows = a->c_in + a->ones;
@@ -70,7 +113,7 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
         dim3 grid(grid_for(N / 4, 256), rows < 65535 ? rows : 65535);
         if (grid.x > 65535) grid.x = 65535;
-        pdl_launch(im2col4_kernel, grid, 256, 0, ex, *a);
+        pdl_launch(im2col4_for(a->K, a->S), grid, 256, 0, ex, *a);
         return launch_status(ex, "im2col");
     }
     dim3 grid(grid_for(N, 256), rows < 65535 ? rows : 65535);
@@ -217,7 +260,26 @@ static __global__ void carry_kernel(const struct op_im2col a) {
     }
 }
 
+// When H <= T every new history column comes from f(x) alone (column T + j >= H), so the
+// columns are independent: a thread per (channel, row, column).
+static __global__ void carry_wide_kernel(const struct op_im2col a) {
+    pdl_begin();
+    FOR_EACH(idx, (size_t)a.c_in * a.R * a.H) {
+        const int j = (int)(idx % a.H);
+        const size_t ir = idx / a.H;
+        const int i = (int)(ir / a.R), r = (int)(ir - (size_t)i * a.R);
+        const int slot = a.row_slot[r];
+        if (slot < 0) continue;
+        const float v = a.x[((size_t)i * a.R + r) * a.T + a.T - a.H + j];
+        ((float *)a.hist)[(size_t)slot * a.slot_stride + (size_t)i * a.H + j] = a.elu ? elu_f(v) : v;
+    }
+}
+
 static int launch_carry(const struct op_im2col *a, struct gpu_exec *ex) {
+    if (a->H <= a->T) {
+        pdl_launch(carry_wide_kernel, grid_for((size_t)a->c_in * a->R * a->H, 256), 256, 0, ex, *a);
+        return launch_status(ex, "carry");
+    }
     pdl_launch(carry_kernel, grid_for((size_t)a->c_in * a->R, 128), 128, 0, ex, *a);
     return launch_status(ex, "carry");
 }

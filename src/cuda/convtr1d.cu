@@ -120,7 +120,29 @@ static __global__ void convtr_tail_kernel(const struct op_convtr a) {
     }
 }
 
+// The same for a dense layer with K = 2S: tail column f is tap f + S of the last input step
+// alone (the old tail only reaches the first S output columns), with the bias added and taken
+// off as the reference forms it; a thread per (channel, row, column).
+static __global__ void convtr_tail2_kernel(const struct op_convtr a) {
+    pdl_begin();
+    const size_t N = (size_t)a.R * a.T;
+    FOR_EACH(idx, (size_t)a.c_out * a.R * a.S) {
+        const int f = (int)(idx % a.S);
+        const size_t orow = idx / a.S;
+        const int o = (int)(orow / a.R), r = (int)(orow - (size_t)o * a.R);
+        const int slot = a.row_slot[r];
+        if (slot < 0) continue;
+        const float b = a.bias ? a.bias[o] : 0.0f;
+        const float v = __fadd_rn(b, a.taps[((size_t)o * a.K + f + a.S) * N + (size_t)r * a.T + a.T - 1]);
+        a.tail[(size_t)slot * a.slot_stride + (size_t)o * a.S + f] = __fsub_rn(v, b);
+    }
+}
+
 static int launch_tail(const struct op_convtr *a, struct gpu_exec *ex) {
+    if (a->taps && a->K == 2 * a->S) {
+        pdl_launch(convtr_tail2_kernel, grid_for((size_t)a->c_out * a->R * a->S, 256), 256, 0, ex, *a);
+        return launch_status(ex, "convtr_tail");
+    }
     pdl_launch(convtr_tail_kernel, grid_for((size_t)a->c_out * a->R, 128), 128, 0, ex, *a);
     return launch_status(ex, "convtr_tail");
 }
