@@ -100,8 +100,11 @@ static double code_agreement(const int32_t *a, const int32_t *b, int n, int *sem
 
 // ---- GPU vs CPU ----
 
-// A fast mode: measured, printed, held to a loose bound only (it catches a broken kernel, not
-// rounding; the modes' fidelity is documented from mimi-bench-gpu's measurement).
+// A fast mode: measured, printed, and held to bounds that leave rounding a wide margin (measured
+// on an H200: codes 98-100% equal, PCM rel. L2 1e-3 at most) but catch a kernel that is wrong
+// on some columns or rows; the modes' fidelity is documented from mimi-bench-gpu.
+#define FAST_MIN_AGREE 0.97
+#define FAST_MAX_REL_L2 0.01
 static void fast_vs_cpu(struct mimi_model *m, const char *mode, const int32_t *codes_cpu, const float *pcm_cpu) {
     static int32_t codes[FRAMES * N_Q];
     static float pcm[FRAMES * FRAME];
@@ -112,7 +115,7 @@ static void fast_vs_cpu(struct mimi_model *m, const char *mode, const int32_t *c
     double e = rel_l2(pcm, pcm_cpu, (size_t)FRAMES * FRAME);
     printf("  %s vs cpu: codes equal %.4f, semantic %s, decode pcm rel_l2 %.3e\n", mode, agree,
            sem ? "all equal" : "differ", e);
-    CHECK(agree >= 0.5 && e < 0.1);
+    CHECK(agree >= FAST_MIN_AGREE && e < FAST_MAX_REL_L2);
 }
 
 static void test_vs_cpu(void) {
@@ -195,7 +198,7 @@ static void wide_run(struct mimi_model *m, int32_t *codes, const int32_t *codes_
 }
 
 // The fast modes (cuBLAS products in TF32; bf16 KV rings too) against strict at the same width:
-// measured, printed, held to the loose bound of fast_vs_cpu.
+// measured, printed, held to the bounds of fast_vs_cpu.
 static void test_fast_wide(void) {
     static int32_t strict_codes[WIDE_F * WIDE * N_Q], codes[WIDE_F * WIDE * N_Q];
     static float strict_pcm[WIDE_F * WIDE * FRAME], pcm[WIDE_F * WIDE * FRAME];
@@ -236,7 +239,7 @@ static void test_fast_wide(void) {
         double agree = code_agreement(codes, strict_codes, WIDE_F * WIDE * N_Q, &sem);
         double e = rel_l2(pcm, strict_pcm, (size_t)WIDE_F * WIDE * FRAME);
         printf("  %s vs strict, %d slots: codes equal %.4f, decode pcm rel_l2 %.3e\n", names[i], WIDE, agree, e);
-        CHECK(agree >= 0.5 && e > 0 && e < 0.1);
+        CHECK(agree >= FAST_MIN_AGREE && e > 0 && e < FAST_MAX_REL_L2);
     }
 }
 
@@ -264,7 +267,7 @@ static void test_fast_offline(void) {
         const double agree = (double)eq / max, e = rel_l2(pcm, strict_pcm, (size_t)n);
         printf("  %s vs strict, whole signal of %lld frames: codes equal %.4f, decode pcm rel_l2 %.3e\n", names[i],
                (long long)clip_frames, agree, e);
-        CHECK(agree >= 0.97 && e > 0 && e < 0.01);
+        CHECK(agree >= FAST_MIN_AGREE && e > 0 && e < FAST_MAX_REL_L2);
     }
 done:
     free(strict_codes), free(codes), free(strict_pcm), free(pcm);
