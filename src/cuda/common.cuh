@@ -63,6 +63,14 @@ static inline unsigned grid_for(size_t n, int block) {
     return g ? (unsigned)g : 1u;
 }
 
+// The grid of the kernels that walk `rows` with blockIdx.y and n items of a row with a
+// grid-stride loop over blockIdx.x (blocks of `block` threads), both capped at 65535.
+static inline dim3 grid_rows(size_t n, int block, int rows) {
+    dim3 grid(grid_for(n, block), rows < 65535 ? rows : 65535);
+    if (grid.x > 65535) grid.x = 65535;
+    return grid;
+}
+
 // Grid-stride loop over [0, n).
 #define FOR_EACH(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)

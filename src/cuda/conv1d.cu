@@ -111,13 +111,11 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     // four columns per thread only where there are many columns: at one stream (N <= 1920) it
     // leaves too few threads to hide the loads (measured slower)
     if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
-        dim3 grid(grid_for(N / 4, 256), rows < 65535 ? rows : 65535);
-        if (grid.x > 65535) grid.x = 65535;
+        const dim3 grid = grid_rows(N / 4, 256, rows);
         pdl_launch(im2col4_for(a->K, a->S), grid, 256, 0, ex, *a);
         return launch_status(ex, "im2col");
     }
-    dim3 grid(grid_for(N, 256), rows < 65535 ? rows : 65535);
-    if (grid.x > 65535) grid.x = 65535;
+    const dim3 grid = grid_rows(N, 256, rows);
     pdl_launch(im2col_kernel, grid, 256, 0, ex, *a);
     return launch_status(ex, "im2col");
 }
@@ -189,29 +187,16 @@ static __global__ void narrow_kernel(const struct op_conv a) {
     const struct op_im2col &in = a.in;
     const int To = in.T / in.S, tiles = (To + GPU_NARROW_COLS - 1) / GPU_NARROW_COLS;
     const int r = blockIdx.x / tiles, t0 = blockIdx.x % tiles * GPU_NARROW_COLS, t = t0 + threadIdx.x;
-    const int W = GPU_NARROW_WINDOW(in.K, in.S), base = t0 * in.S - in.H, slot = in.row_slot[r];
-    const bool replicate = slot >= 0 && in.replicate && !in.started[(size_t)slot * in.slot_stride];
+    const int W = GPU_NARROW_WINDOW(in.K, in.S), j0 = t0 * in.S;
     float acc = 0.0f;
     for (int i0 = 0; i0 < in.c_in; i0 += GPU_NARROW_CHANNELS) {
         const int nc = min(GPU_NARROW_CHANNELS, in.c_in - i0);
         __syncthreads();  // the previous windows are consumed
         for (int e = threadIdx.x; e < nc * in.K; e += blockDim.x) narrow_w[e] = a.w[(size_t)i0 * in.K + e];
-        for (int c = 0; c < nc; c++) {
-            const int i = i0 + c;
-            const float *xr = in.x + ((size_t)i * in.R + r) * in.T;
-            for (int j = threadIdx.x; j < W; j += blockDim.x) {
-                const int q = base + j;
-                float v = 0.0f;
-                if (q >= 0) {
-                    if (q < in.T) v = in.elu ? elu_f(xr[q]) : xr[q];
-                } else if (replicate) {
-                    v = in.elu ? elu_f(xr[0]) : xr[0];
-                } else if (slot >= 0) {
-                    v = in.hist[(size_t)slot * in.slot_stride + (size_t)i * in.H + q + in.H];
-                }
-                narrow_win[c * W + j] = v;
-            }
-        }
+        // zeros past the row's end (the last tile's idle columns)
+        for (int c = 0; c < nc; c++)
+            for (int j = threadIdx.x; j < W; j += blockDim.x)
+                narrow_win[c * W + j] = j0 + j < in.H + in.T ? xin(in, i0 + c, r, j0 + j) : 0.0f;
         __syncthreads();
         for (int c = 0; c < nc; c++) {
             const float *w = narrow_w + c * in.K, *x = narrow_win + c * W + threadIdx.x * in.S;
@@ -269,9 +254,7 @@ static __global__ void carry_wide_kernel(const struct op_im2col a) {
         const size_t ir = idx / a.H;
         const int i = (int)(ir / a.R), r = (int)(ir - (size_t)i * a.R);
         const int slot = a.row_slot[r];
-        if (slot < 0) continue;
-        const float v = a.x[((size_t)i * a.R + r) * a.T + a.T - a.H + j];
-        ((float *)a.hist)[(size_t)slot * a.slot_stride + (size_t)i * a.H + j] = a.elu ? elu_f(v) : v;
+        if (slot >= 0) ((float *)a.hist)[(size_t)slot * a.slot_stride + (size_t)i * a.H + j] = xin(a, i, r, a.T + j);
     }
 }
 

@@ -49,6 +49,11 @@ static __global__ void convtr_out_kernel(const struct op_convtr a) {
 // takes tap f at input step t and, for t > 0, tap f + S at step t - 1, added in that ascending
 // order. A thread takes one input step (o, r, t) and writes its S outputs: the taps it reads
 // are coalesced rows, with no per-output index arithmetic.
+// (bias + tap f + S of column n - 1) + tap f of column n: output f of an input step t > 0.
+static __device__ __forceinline__ float convtr_pair(const float *taps, unsigned N, unsigned n, int S, int f, float b) {
+    return __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), taps[(size_t)f * N + n]);
+}
+
 static __global__ void convtr_out2_kernel(const struct op_convtr a) {
     pdl_begin();
     const unsigned N = (unsigned)a.R * a.T;
@@ -60,17 +65,13 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
             const unsigned r = n / a.T, t = n - r * a.T;
             float *y = a.y + ((size_t)o * N + n) * S;
             if (t > 0 && S % 4 == 0 && (uintptr_t)a.y % 16 == 0) {  // 16-byte stores
-                for (int f = 0; f < S; f += 4) {
-                    float v[4];
-                    for (int u = 0; u < 4; u++)
-                        v[u] = __fadd_rn(__fadd_rn(b, taps[(size_t)(f + u + S) * N + n - 1]), taps[(size_t)(f + u) * N + n]);
-                    *(float4 *)(y + f) = make_float4(v[0], v[1], v[2], v[3]);
-                }
+                for (int f = 0; f < S; f += 4)
+                    *(float4 *)(y + f) = make_float4(convtr_pair(taps, N, n, S, f, b), convtr_pair(taps, N, n, S, f + 1, b),
+                                                     convtr_pair(taps, N, n, S, f + 2, b), convtr_pair(taps, N, n, S, f + 3, b));
                 continue;
             }
             if (t > 0) {
-                for (int f = 0; f < S; f++)
-                    y[f] = __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), taps[(size_t)f * N + n]);
+                for (int f = 0; f < S; f++) y[f] = convtr_pair(taps, N, n, S, f, b);
                 continue;
             }
             const int slot = a.row_slot[r];
@@ -85,14 +86,12 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
 
 static int launch_out(const struct op_convtr *a, struct gpu_exec *ex) {
     if (a->taps && a->K == 2 * a->S) {
-        dim3 grid(grid_for((size_t)a->R * a->T, 256), a->c_out < 65535 ? a->c_out : 65535);
-        if (grid.x > 65535) grid.x = 65535;
+        const dim3 grid = grid_rows((size_t)a->R * a->T, 256, a->c_out);
         pdl_launch(convtr_out2_kernel, grid, 256, 0, ex, *a);
         return launch_status(ex, "convtr_out");
     }
     const size_t N = (size_t)a->R * a->S * a->T;
-    dim3 grid(grid_for(N, 256), a->c_out < 65535 ? a->c_out : 65535);
-    if (grid.x > 65535) grid.x = 65535;
+    const dim3 grid = grid_rows(N, 256, a->c_out);
     pdl_launch(convtr_out_kernel, grid, 256, 0, ex, *a);
     return launch_status(ex, "convtr_out");
 }

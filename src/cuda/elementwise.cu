@@ -56,13 +56,11 @@ static __global__ void elu4_kernel(const struct op_pointwise a) {
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
     const int rows = a->channels + (a->mode == EW_ELU_ONES);
     if ((a->mode == EW_ELU || a->mode == EW_ELU_ONES) && a->cols % 4 == 0 && (uintptr_t)a->y % 16 == 0) {
-        dim3 grid(grid_for(a->cols / 4, 256), rows < 65535 ? rows : 65535);
-        if (grid.x > 65535) grid.x = 65535;
+        const dim3 grid = grid_rows(a->cols / 4, 256, rows);
         pdl_launch(elu4_kernel, grid, 256, 0, ex, *a);
         return launch_status(ex, "pointwise");
     }
-    dim3 grid(grid_for(a->cols, 256), rows < 65535 ? rows : 65535);
-    if (grid.x > 65535) grid.x = 65535;
+    const dim3 grid = grid_rows(a->cols, 256, rows);
     pdl_launch(pointwise_kernel, grid, 256, 0, ex, *a);
     return launch_status(ex, "pointwise");
 }
