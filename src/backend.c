@@ -89,8 +89,8 @@ int mimi_batch_submit_encode(struct mimi_batch *b, int n, const int *slots, cons
                                      : mimi_batch_encode_latent(b, n, slots, pcm, out);
         return cpu_done(b, n, rc);
     }
+    // the device path checks the samples as it stages them (mimi_cuda_submit)
     rc = mimi_batch_check_step(b, MIMI_DIRECTION_ENCODE, b->model->quantizer.n_q > 0, n, slots, pcm);
-    if (rc == MIMI_OK) rc = mimi_batch_check_finite(b, pcm, (size_t)n * b->model->frame_size, "sample");
     return rc ? rc : mimi_cuda_submit(b, n, slots, pcm);
 }
 
@@ -114,7 +114,6 @@ int mimi_batch_submit_decode_latent(struct mimi_batch *b, int n, const int *slot
         return out ? cpu_done(b, n, mimi_batch_decode_latent(b, n, slots, latents, out)) : rc;
     }
     rc = mimi_batch_check_step(b, MIMI_DIRECTION_DECODE, 0, n, slots, latents);
-    if (rc == MIMI_OK) rc = mimi_batch_check_finite(b, latents, (size_t)n * b->model->frame_dim, "latent");
     return rc ? rc : mimi_cuda_submit(b, n, slots, latents);
 }
 
@@ -170,8 +169,6 @@ int mimi_batch_profile(struct mimi_batch *b, int n, const int *slots, const void
     const struct mimi_model *m = b->model;
     const int encode = b->direction == MIMI_DIRECTION_ENCODE, codes = m->quantizer.n_q > 0;
     int rc = mimi_batch_check_step(b, b->direction, codes, n, slots, input);
-    if (rc == MIMI_OK && encode) rc = mimi_batch_check_finite(b, input, (size_t)n * m->frame_size, "sample");
-    else if (rc == MIMI_OK && codes) rc = mimi_batch_check_codes(b, input, n);
-    else if (rc == MIMI_OK) rc = mimi_batch_check_finite(b, input, (size_t)n * m->frame_dim, "latent");
-    return rc ? rc : mimi_cuda_profile(b, n, slots, input, output, fn, user);
+    if (rc == MIMI_OK && !encode && codes) rc = mimi_batch_check_codes(b, input, n);
+    return rc ? rc : mimi_cuda_profile(b, n, slots, input, output, fn, user);  // stages check PCM, latents
 }

@@ -71,6 +71,9 @@ int mimi_batch_check_codebooks(const struct mimi_model *model, int n_codebooks);
 
 // Checks that every value is finite; records the first bad one.
 int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what);
+// Copies src to dst (when dst is not NULL) up to its first NaN or infinity and returns that
+// value's index, or n when all are finite: the check and the copy in one pass.
+size_t mimi_copy_finite(float *dst, const float *src, size_t n);
 
 // Checks codes (n frames of n_codebooks) against the codebook size; records the first bad one.
 int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n_frames);

@@ -125,6 +125,21 @@ static void test_bad_lists(void) {
     CHECK_EQ(mimi_batch_decode(b, 1, list, codes, pcm), MIMI_ESTATE);  // wrong direction
     pcm[7] = NAN;
     CHECK_EQ(mimi_batch_encode(b, 1, list, pcm, codes), MIMI_EINVAL);
+    pcm[7] = 0.0f;
+    // the first non-finite sample is named, wherever it falls in the blocks the check tests at once
+    static const size_t at[] = {0, 255, 256, 257, FRAME - 1, FRAME, 2 * FRAME - 1};
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    list[1] = 1;
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        char want[64];
+        pcm[at[i]] = bad[i % 3];
+        if (i + 1 < sizeof at / sizeof at[0]) pcm[at[i + 1]] = NAN;  // a later one is not the one named
+        snprintf(want, sizeof want, "sample value %zu is NaN or infinite", at[i]);
+        CHECK_EQ(mimi_batch_encode(b, 2, list, pcm, codes), MIMI_EINVAL);
+        CHECK(strstr(mimi_batch_errmsg(b), want) != NULL);
+        pcm[at[i]] = 0.0f;
+        if (i + 1 < sizeof at / sizeof at[0]) pcm[at[i + 1]] = 0.0f;
+    }
     CHECK_EQ(mimi_batch_reset(b, 9), MIMI_EINVAL);
     CHECK_EQ(mimi_batch_close(b, -1), MIMI_EINVAL);
     mimi_batch_destroy(b);

@@ -334,6 +334,39 @@ static void test_batch_vs_lone(void) {
     mimi_batch_destroy(dec);
 }
 
+// ---- bad input ----
+
+// A device batch refuses PCM with a NaN or infinity as it stages it: the step and the submit
+// name the first bad sample and queue nothing; the slots then step on as if it never came.
+static void test_bad_pcm(void) {
+    struct mimi_batch *enc, *dec;
+    if (batch_pair(gpu, 2, 2, &enc, &dec)) return;
+    static float in[2 * FRAME];
+    int32_t codes[2 * N_Q], again[2 * N_Q];
+    int list[2] = {0, 1};
+    memcpy(in, clip, sizeof in);
+    in[FRAME + 5] = NAN;
+    CHECK_EQ(mimi_batch_encode(enc, 2, list, in, codes), MIMI_EINVAL);
+    CHECK(strstr(mimi_batch_errmsg(enc), "sample value 1925 is NaN or infinite") != NULL);
+    in[FRAME + 5] = clip[FRAME + 5];
+    in[0] = -INFINITY;
+    CHECK_EQ(mimi_batch_submit_encode(enc, 2, list, in), MIMI_EINVAL);
+    CHECK(strstr(mimi_batch_errmsg(enc), "sample value 0 is NaN or infinite") != NULL);
+    CHECK_EQ(mimi_batch_collect(enc, codes), MIMI_ESTATE);  // nothing was queued
+    in[0] = clip[0];
+    CHECK_EQ(mimi_batch_encode(enc, 2, list, in, codes), MIMI_OK);
+    // a fresh batch's first step on the same input gives the same codes: the refused steps left no trace
+    struct mimi_batch *enc2, *dec2;
+    if (batch_pair(gpu, 2, 2, &enc2, &dec2) == 0) {
+        CHECK_EQ(mimi_batch_encode(enc2, 2, list, in, again), MIMI_OK);
+        CHECK(memcmp(codes, again, sizeof codes) == 0);
+        mimi_batch_destroy(enc2);
+        mimi_batch_destroy(dec2);
+    }
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+}
+
 // ---- asynchronous steps ----
 
 static void test_async(void) {
@@ -472,6 +505,7 @@ int main(int argc, char **argv) {
     test_batch_vs_lone();
     test_fast_wide();
     test_fast_offline();
+    test_bad_pcm();
     test_async();
     test_profile();
     free(clip);

@@ -74,6 +74,28 @@ static void emu_conv(const struct op_conv *a) {
             }
 }
 
+static void emu_resblock(const struct op_resblock *a) {
+    const struct op_im2col *in = &a->in;
+    const int c = in->c_in, K = in->K, ck = c * K;
+    float *h = malloc(sizeof(float) * a->hid);
+    for (int r = 0; r < in->R; r++)
+        for (int t = 0; t < in->T; t++) {
+            for (int j = 0; j < a->hid; j++) {
+                float v = 0.0f;
+                for (int i = 0; i < c; i++)
+                    for (int k = 0; k < K; k++) v += a->w1t[(size_t)(i * K + k) * a->hid + j] * xin(in, i, r, t + k);
+                h[j] = elu(v + a->w1t[(size_t)ck * a->hid + j]);
+            }
+            for (int o = 0; o < c; o++) {
+                float v = 0.0f;
+                for (int j = 0; j < a->hid; j++) v += a->w2t[(size_t)j * c + o] * h[j];
+                const size_t at = ((size_t)o * in->R + r) * in->T + t;
+                a->y[at] = in->x[at] + (v + a->w2t[(size_t)a->hid * c + o]);
+            }
+        }
+    free(h);
+}
+
 // out = LayerNorm(x) * w + b over d values (out may be x); double mean and biased variance.
 static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps) {
     double mean = 0.0, var = 0.0;
@@ -405,6 +427,7 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_ATTENTION: emu_attention(&op->u.attention); break;
         case GOP_ARGMIN: emu_argmin(&op->u.argmin); break;
         case GOP_GATHER: emu_gather(&op->u.gather); break;
+        case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
         }
     }
 }

@@ -96,4 +96,16 @@ static __device__ __forceinline__ float gelu_f(float v) {
     return __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, erff(__fmul_rn(v, (float)0.70710678118654752440))));
 }
 
+// Column j of [hist (H) | f(x) (T)] for channel i of row r of a conv's input side (f = ELU when
+// a.elu). A padding row has a zero history; a replicate-padded slot that has not started repeats
+// f(x[i, r, 0]).
+static __device__ __forceinline__ float xin(const struct op_im2col &a, int i, int r, int j) {
+    const float *xr = a.x + ((size_t)i * a.R + r) * a.T;
+    if (j >= a.H) return a.elu ? elu_f(xr[j - a.H]) : xr[j - a.H];
+    int slot = a.row_slot[r];
+    if (slot < 0) return 0.0f;
+    if (a.replicate && !a.started[(size_t)slot * a.slot_stride]) return a.elu ? elu_f(xr[0]) : xr[0];
+    return a.hist[(size_t)slot * a.slot_stride + (size_t)i * a.H + j];
+}
+
 #endif

@@ -10,17 +10,6 @@
 
 // ---- im2col ----
 
-// Column j of [hist (H) | f(x) (T)] for channel i of row r (f = ELU when a.elu). A padding row
-// has a zero history; a replicate-padded slot that has not started repeats f(x[i, r, 0]).
-static __device__ __forceinline__ float xin(const struct op_im2col &a, int i, int r, int j) {
-    const float *xr = a.x + ((size_t)i * a.R + r) * a.T;
-    if (j >= a.H) return a.elu ? elu_f(xr[j - a.H]) : xr[j - a.H];
-    int slot = a.row_slot[r];
-    if (slot < 0) return 0.0f;
-    if (a.replicate && !a.started[(size_t)slot * a.slot_stride]) return a.elu ? elu_f(xr[0]) : xr[0];
-    return a.hist[(size_t)slot * a.slot_stride + (size_t)i * a.H + j];
-}
-
 // col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (one
 // more for the row of ones), x the output columns; each thread writes its column's K taps, so the
 // index arithmetic is done once per K values and consecutive threads write consecutive columns.

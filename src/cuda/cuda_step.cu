@@ -18,7 +18,8 @@ static int bucket_of(const struct mimi_cuda_batch *gb, int n) {
 }
 
 // Checks the batch can take a step and fills the pinned stage for bucket i: row_slot (R),
-// the error flag, then n input rows (zeros for the padding rows) when `input` is given.
+// the error flag, then n input rows (zeros for the padding rows) when `input` is given; PCM or
+// latents with a NaN or infinity are refused here (MIMI_EINVAL), before anything is queued.
 static int stage(struct mimi_batch *b, int n, const int *slots, const void *input, int *bucket) {
     struct mimi_cuda_batch *gb = b->gpu;
     if (gb->poisoned) return MIMI_ESTATE;
@@ -31,9 +32,21 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
     for (int r = 0; r < R; r++) row_slot[r] = r < n ? slots[r] : -1;
     row_slot[R] = 0;
     if (input) {
+        // PCM and latents are checked for NaN and infinity as they are copied (one pass over a
+        // step's megabytes); codes were checked by the caller
         const size_t row = sizeof(float) * gb->L.in_per_row;
         unsigned char *in = gb->host + sizeof(float) * gpu_stage_input_offset(R);
-        memcpy(in, input, row * n);
+        const int encode = gb->L.direction == MIMI_DIRECTION_ENCODE, floats = encode || !b->model->quantizer.n_q;
+        const size_t count = (size_t)gb->L.in_per_row * n;
+        if (!floats) {
+            memcpy(in, input, row * n);
+        } else {
+            const size_t bad = mimi_copy_finite((float *)in, (const float *)input, count);
+            if (bad < count) {
+                mimi_batch_error(b, "%s value %zu is NaN or infinite", encode ? "sample" : "latent", bad);
+                return MIMI_EINVAL;
+            }
+        }
         memset(in + row * n, 0, row * (R - n));
     }
     *bucket = i;

@@ -97,6 +97,25 @@ struct op_conv {
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 
+// ---- resblock.cu ----
+
+// A SEANet residual block over many columns in one kernel (stride 1, K = GPU_RESBLOCK_K):
+// y[o, r, t] = x[o, r, t] + (b2[o] + sum_j W2[o, j] h[j, r, t]),
+// h[j, r, t] = elu(b1[j] + sum_{i,k} W1[j, i*K + k] xin(i, r, t + k)), with xin `in`'s
+// [history | elu(x)]. The weights come transposed, outputs contiguous: w1t (c*K + 1, hid) and
+// w2t (hid + 1, c), each with the bias as its last row. y must not overlap x, and the history is
+// not carried (a GOP_CARRY follows). For (c, hid) = (64, 32) only (GPU_RESBLOCK_FITS): the top
+// level, where it beats im2col and two products; at 128 channels and 480 steps it did not.
+#define GPU_RESBLOCK_K 3
+#define GPU_RESBLOCK_FITS(c, hid) ((c) == 64 && (hid) == 32)
+struct op_resblock {
+    struct op_im2col in;  // in.c_in = c, in.K = GPU_RESBLOCK_K, in.S = 1, in.elu = 1, not replicate
+    const float *w1t, *w2t;
+    float *y;  // (c, R, T)
+    int hid;
+};
+int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
+
 // ---- matmul.cu ----
 
 // Products with at most this many columns on their small side run on the split-K "skinny"

@@ -102,6 +102,23 @@ static const float *map_with_bias(struct gpu_weights *w, const struct mimi_conv 
     return map(ctx, packed, ld * c->c_out);
 }
 
+// A conv's weight transposed, outputs contiguous: (c_in*K + 1, c_out), row i*K + k holding
+// w[o, i, k] for every o and the last row the bias (zeros without bias); for op_resblock.
+static const float *map_transposed(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
+    const size_t ck = (size_t)c->c_in * c->kernel;
+    float *packed = calloc((ck + 1) * c->c_out, sizeof(float));
+    if (!packed || w->n_owned == (int)(sizeof w->owned / sizeof w->owned[0])) {
+        free(packed);
+        return NULL;
+    }
+    w->owned[w->n_owned++] = packed;
+    for (int o = 0; o < c->c_out; o++) {
+        for (size_t k = 0; k < ck; k++) packed[k * c->c_out + o] = c->weight[o * ck + k];
+        packed[ck * c->c_out + o] = c->bias ? c->bias[o] : 0.0f;
+    }
+    return map(ctx, packed, (ck + 1) * c->c_out);
+}
+
 static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, gpu_map_fn map,
                        void *ctx) {
     for (int i = 0; i < s->n_layers; i++) {
@@ -117,8 +134,14 @@ static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const stru
             continue;
         }
         out[i].w = map_with_bias(w, c, map, ctx);
-        if (l->kind == SEANET_RESBLOCK) out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
-        if (!out[i].w || (l->kind == SEANET_RESBLOCK && !out[i].w2)) return MIMI_ENOMEM;
+        if (!out[i].w) return MIMI_ENOMEM;
+        if (l->kind != SEANET_RESBLOCK) continue;
+        out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
+        if (!out[i].w2) return MIMI_ENOMEM;
+        if (!GPU_RESBLOCK_FITS(c->c_in, c->c_out)) continue;
+        out[i].w1t = map_transposed(w, c, map, ctx);
+        out[i].w2t = map_transposed(w, &l->conv2, map, ctx);
+        if (!out[i].w1t || !out[i].w2t) return MIMI_ENOMEM;
     }
     return MIMI_OK;
 }
@@ -435,21 +458,31 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     if (K > S) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
 }
 
-// x (c, R, T) += conv1x1(elu(conv_k(elu(x)))), in place: the second product accumulates into x
-// (beta = 1), its bias riding on a row of ones written after the hidden activations.
-static void plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
-                          float *x, int T, float *hist) {
+// x (c, R, T) + conv1x1(elu(conv_k(elu(x)))): returns where the result is, x itself or `out`.
+// Small steps run two direct kernels; large ones one op_resblock kernel into `out` where its
+// geometry fits, else im2col and two products, the second accumulating into x (beta = 1) with
+// its bias riding on a row of ones written after the hidden activations.
+static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
+                            float *x, float *out, int T, float *hist) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
         plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);
-        return;
+        return x;
+    }
+    if (w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
+        !l->conv.replicate_first) {
+        struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock")->u.resblock;
+        *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid};
+        emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
+        return out;
     }
     plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 0, 0);
     pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N);
     gemm(B, 0, 0, N, c, hid + 1, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);
+    return x;
 }
 
 // Runs a SEANet stack over x (c_in, R, T); returns its output (c_out, R, T_out).
@@ -484,8 +517,12 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             T *= c->stride;
             break;
         case SEANET_RESBLOCK:
-            if (in) plan_resblock(B, l, &w[i], in, T, mem);
-            else B->rc = MIMI_EUNSUPPORTED;
+            if (in) {
+                float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem);
+                if (res != in) in = res, cur ^= 1;
+            } else {
+                B->rc = MIMI_EUNSUPPORTED;
+            }
             break;
         }
     }

@@ -22,9 +22,10 @@ int gpu_conv_ld(int k);
 
 // One SEANet layer's weights: a conv with its bias as an extra column (c_out, gpu_conv_ld(c_in*K + 1)), a
 // dense transposed conv packed (c_out*K, c_in) with its bias `b`, or a depthwise one (c, K);
-// `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1).
+// `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1); `w1t` and `w2t` are a
+// resblock's two convs transposed for op_resblock, (c_in*K + 1, c_out) with the bias as last row.
 struct gpu_conv_w {
-    const float *w, *b, *w2;
+    const float *w, *b, *w2, *w1t, *w2t;
 };
 
 struct gpu_layer_w {
@@ -89,6 +90,7 @@ size_t gpu_stage_input_offset(int R);
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
+    GOP_RESBLOCK,
 };
 
 struct gpu_op {
@@ -108,6 +110,7 @@ struct gpu_op {
         struct op_attention attention;
         struct op_argmin argmin;
         struct op_gather gather;
+        struct op_resblock resblock;
     } u;
 };
 
