@@ -6,7 +6,7 @@
  * profile and the fast modes' fidelity against strict. Not part of the library; bench_stream.c
  * is the CPU's.
  *
- * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv]
+ * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N]
  *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--warm N] [--ops]
  *                                            (only the per-op profile of B streams; --ops lists
  *                                            every op of the step in plan order)
@@ -70,11 +70,16 @@ static void fill_audio(float *pcm, int s, int frame_index, int frame) {
     }
 }
 
+// Host threads per model (--threads): they check and copy a large step's PCM into and out of
+// pinned memory (mimi_model_params.n_threads).
+static int host_threads = 4;
+
 static struct mimi_model *load(const char *path, int precision) {
     struct mimi_model_params mp;
     mimi_model_params_default(&mp);
     mp.backend = MIMI_BACKEND_CUDA;
     mp.precision = precision;
+    mp.n_threads = host_threads;
     int rc;
     struct mimi_model *m = mimi_model_load(path, &mp, &rc);
     if (!m) fprintf(stderr, "cannot load %s on CUDA: %s\n", path, mimi_strerror(rc));
@@ -430,6 +435,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--max-streams") && i + 1 < argc) max_streams = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warm") && i + 1 < argc) warm_steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ops")) print_ops = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) host_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             const char *list = argv[++i];
             modes = (strstr(list, "strict") ? 1 : 0) | (strstr(list, "fast") ? 2 : 0) | (strstr(list, "bf16kv") ? 4 : 0);
@@ -441,8 +447,8 @@ int main(int argc, char **argv) {
             return rc ? 1 : 0;
         }
         else {
-            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--profile B [--warm N] [--ops]] | "
-                            "--write-model PATH\n", argv[0]);
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N] "
+                            "[--profile B [--warm N] [--ops]] | --write-model PATH\n", argv[0]);
             return 2;
         }
     }
@@ -458,7 +464,8 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    printf("libmimi %s, CUDA backend, model %s\n", mimi_version_string(), path);
+    printf("libmimi %s, CUDA backend, model %s, %d host thread%s per model\n", mimi_version_string(), path,
+           host_threads, host_threads > 1 ? "s" : "");
     static const char *names[3] = {"strict (f32)", "fast (TF32)", "fast (TF32, bf16 KV)"};
     struct mimi_model *models[3] = {NULL, NULL, NULL};
     for (int i = 0; i < 3; i++)

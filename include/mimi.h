@@ -190,7 +190,10 @@ struct mimi_model_params {
                            its calling thread alone, with the same results. To run several
                            streams in parallel at full speed, put them in one batch, or load one
                            model per concurrent caller. The reference path (MIMI_ISA_REFERENCE)
-                           always runs on the calling thread alone. */
+                           always runs on the calling thread alone. With MIMI_BACKEND_CUDA the
+                           threads do the host's share of a large batch step instead: checking
+                           and copying the PCM into pinned memory and the output out of it
+                           (a millisecond or more per copy from a few hundred streams on). */
     mimi_log_fn log;    /* optional; default NULL (silent) */
     void *log_user;     /* passed to `log` */
     int backend;        /* enum mimi_backend; default MIMI_BACKEND_AUTO (the CPU) */

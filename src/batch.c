@@ -7,6 +7,7 @@
  * once per step whatever the number of slots.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "batch.h"
 #include "cpu/cpu.h"
+#include "cpu/threadpool.h"
 #include "gpu.h"
 
 // ---- layout ----
@@ -287,6 +289,59 @@ size_t mimi_copy_finite(float *dst, const float *src, size_t n) {
         if (dst) dst[i] = src[i];
     }
     return n;
+}
+
+// ---- host copies of a large step ----
+
+// Below this many bytes one thread copies: waking the pool costs more than it saves.
+#define HOST_COPY_SPLIT (1u << 20)
+
+struct host_copy {
+    void *dst;
+    const void *src;
+    size_t n;      // floats (checked) or bytes
+    int check;
+    size_t first;  // the lowest index of a NaN or infinity found, else n
+    pthread_mutex_t lock;
+};
+
+// Thread ith of nth copies its share, cut at CHECK_BLOCK floats.
+static void host_copy_task(void *ctx, int ith, int nth) {
+    struct host_copy *c = ctx;
+    const size_t unit = c->check ? CHECK_BLOCK : 64, units = (c->n + unit - 1) / unit;
+    size_t begin = units * ith / nth * unit, end = units * (ith + 1) / nth * unit;
+    if (end > c->n) end = c->n;
+    if (begin >= end) return;
+    if (!c->check) {
+        memcpy((char *)c->dst + begin, (const char *)c->src + begin, end - begin);
+        return;
+    }
+    size_t bad = begin + mimi_copy_finite((float *)c->dst + begin, (const float *)c->src + begin, end - begin);
+    if (bad == end) return;
+    pthread_mutex_lock(&c->lock);
+    if (bad < c->first) c->first = bad;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static size_t host_copy(const struct mimi_model *m, void *dst, const void *src, size_t n, int check) {
+    struct mimi_pool *pool = m->cpu ? m->cpu->pool : NULL;
+    const size_t bytes = check ? n * sizeof(float) : n;
+    if (!pool || bytes < HOST_COPY_SPLIT) {
+        if (check) return mimi_copy_finite(dst, src, n);
+        memcpy(dst, src, n);
+        return n;
+    }
+    struct host_copy c = {dst, src, n, check, n, PTHREAD_MUTEX_INITIALIZER};
+    mimi_pool_run(pool, mimi_pool_size(pool), host_copy_task, &c);
+    return c.first;
+}
+
+size_t mimi_host_copy_finite(const struct mimi_model *m, float *dst, const float *src, size_t n) {
+    return host_copy(m, dst, src, n, 1);
+}
+
+void mimi_host_copy(const struct mimi_model *m, void *dst, const void *src, size_t bytes) {
+    host_copy(m, dst, src, bytes, 0);
 }
 
 int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what) {

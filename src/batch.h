@@ -74,6 +74,10 @@ int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, cons
 // Copies src to dst (when dst is not NULL) up to its first NaN or infinity and returns that
 // value's index, or n when all are finite: the check and the copy in one pass.
 size_t mimi_copy_finite(float *dst, const float *src, size_t n);
+// The host's share of a large device step: mimi_copy_finite and memcpy, split over the model's
+// threads (n_threads) when the copy is large.
+size_t mimi_host_copy_finite(const struct mimi_model *m, float *dst, const float *src, size_t n);
+void mimi_host_copy(const struct mimi_model *m, void *dst, const void *src, size_t bytes);
 
 // Checks codes (n frames of n_codebooks) against the codebook size; records the first bad one.
 int mimi_batch_check_codes(struct mimi_batch *b, const int32_t *codes, int64_t n_frames);

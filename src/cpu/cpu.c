@@ -98,8 +98,10 @@ int mimi_cpu_prepare(struct mimi_model *m) {
     cpu->k = k;
     cpu->n_threads = k ? m->n_threads : 1;
     cpu->bf16 = k && m->weights == MIMI_WEIGHTS_BF16;
-    if (k && cpu->n_threads > 1 && !(cpu->pool = mimi_pool_create(cpu->n_threads))) {
-        mimi_log(m, MIMI_LOG_ERROR, "cannot start %d threads", cpu->n_threads);
+    // a CUDA model's threads do the host's share of large steps (mimi_host_copy), no kernels
+    const int pool_threads = k ? cpu->n_threads : m->backend == MIMI_BACKEND_CUDA ? m->n_threads : 1;
+    if (pool_threads > 1 && !(cpu->pool = mimi_pool_create(pool_threads))) {
+        mimi_log(m, MIMI_LOG_ERROR, "cannot start %d threads", pool_threads);
         return MIMI_ENOMEM;
     }
     // room for a packed copy of every weight, panel padding included

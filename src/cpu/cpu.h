@@ -30,7 +30,7 @@ struct mimi_packed {
 
 struct mimi_cpu {
     const struct mimi_kernels *k;
-    struct mimi_pool *pool;  // NULL with one thread
+    struct mimi_pool *pool;  // NULL with one thread; a CUDA model's serves mimi_host_copy only
     int n_threads;
     int bf16;              // MIMI_WEIGHTS_BF16 was asked for
     int64_t packed_bytes;  // weight bytes the fast kernels read, all packed matrices

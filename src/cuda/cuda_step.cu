@@ -41,7 +41,7 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
         if (!floats) {
             memcpy(in, input, row * n);
         } else {
-            const size_t bad = mimi_copy_finite((float *)in, (const float *)input, count);
+            const size_t bad = mimi_host_copy_finite(b->model, (float *)in, (const float *)input, count);
             if (bad < count) {
                 mimi_batch_error(b, "%s value %zu is NaN or infinite", encode ? "sample" : "latent", bad);
                 return MIMI_EINVAL;
@@ -124,7 +124,7 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
     CK(cudaSetDevice(gb->device), "set device");
     CK(cudaEventSynchronize(gb->done), "step");
     const unsigned char *out = gb->host + gb->host_stage_bytes;
-    memcpy(output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
+    mimi_host_copy(b->model, output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
     if (b->tap) {
         int rc = run_taps(b, gb->pending_bucket, gb->pending_n);
         if (rc) return rc;
