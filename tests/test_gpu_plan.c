@@ -17,6 +17,7 @@
 
 #define SLOTS 3
 #define CAP 5  // emulated capacity: 3 listed slots run in a bucket of 4 rows with one padding row
+#define WIDE 8  // a capacity whose largest bucket takes the large-step ops (op_resblock)
 #define FRAMES 5
 #define N_Q 8
 
@@ -442,7 +443,7 @@ static const float *map_host(void *ctx, const float *host, size_t n) {
 
 struct emu_batch {
     struct gpu_layout L;
-    struct gpu_plan plans[CAP + 1];  // by bucket R
+    struct gpu_plan plans[WIDE + 1];  // by bucket R
     float *state, *scratch;
 };
 
@@ -473,9 +474,66 @@ static void emu_step(struct emu_batch *e, int n, const int *slots, const void *i
 }
 
 static void emu_destroy(struct emu_batch *e) {
-    for (int R = 0; R <= CAP; R++) gpu_plan_free(&e->plans[R]);
+    for (int R = 0; R <= WIDE; R++) gpu_plan_free(&e->plans[R]);
     free(e->state);
     free(e->scratch);
+}
+
+// ---- a wide step ----
+
+static int count_ops(const struct gpu_plan *p, int kind) {
+    int n = 0;
+    for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == kind;
+    return n;
+}
+
+// WIDE slots in one bucket: the plan takes the large-step ops (the fused resblock out of place,
+// then the history carry), and two steps of it give the CPU batch's codes and PCM.
+static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w, const float *clip) {
+    struct emu_batch enc, dec;
+    emu_create(&enc, model, w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
+    emu_create(&dec, model, w, MIMI_DIRECTION_DECODE, WIDE, MIMI_ATTENTION_RING, 1);
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK), 1);  // the 64-channel level
+    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK), 1);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = WIDE;
+    bp.n_codebooks = N_Q;
+    struct mimi_batch *cenc = mimi_batch_create(model, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    struct mimi_batch *cdec = mimi_batch_create(model, &bp, NULL);
+    int list[WIDE];
+    for (int s = 0; s < WIDE; s++) {
+        CHECK_EQ(mimi_batch_open(cenc), s);
+        CHECK_EQ(mimi_batch_open(cdec), s);
+        list[s] = s;
+    }
+    int equal = 0, total = 0;
+    double num = 0, den = 0;
+    for (int step = 0; step < 2; step++) {
+        static float in[WIDE * 1920], pcm_emu[WIDE * 1920], pcm_cpu[WIDE * 1920];
+        int32_t codes_emu[WIDE * N_Q], codes_cpu[WIDE * N_Q];
+        for (int s = 0; s < WIDE; s++) memcpy(in + s * 1920, clip + ((size_t)s * 3 + step) * 1920, sizeof(float) * 1920);
+        emu_step(&enc, WIDE, list, in, codes_emu);
+        CHECK_EQ(mimi_batch_encode(cenc, WIDE, list, in, codes_cpu), MIMI_OK);
+        for (int i = 0; i < WIDE * N_Q; i++) equal += codes_emu[i] == codes_cpu[i];
+        total += WIDE * N_Q;
+        emu_step(&dec, WIDE, list, codes_cpu, pcm_emu);
+        CHECK_EQ(mimi_batch_decode(cdec, WIDE, list, codes_cpu, pcm_cpu), MIMI_OK);
+        for (int i = 0; i < WIDE * 1920; i++) {
+            double dlt = (double)pcm_emu[i] - pcm_cpu[i];
+            num += dlt * dlt, den += (double)pcm_cpu[i] * pcm_cpu[i];
+        }
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    printf("  %d-row plan vs CPU, 2 steps: codes equal %d/%d, decoded pcm rel_l2 %.3e\n", WIDE, equal, total, rel);
+    CHECK(equal >= total * 995 / 1000);
+    CHECK(rel <= 1e-5);
+    mimi_batch_destroy(cenc);
+    mimi_batch_destroy(cdec);
+    emu_destroy(&enc);
+    emu_destroy(&dec);
 }
 
 // ---- submit / collect on the CPU backend ----
@@ -628,6 +686,7 @@ int main(int argc, char **argv) {
     emu_create(&enc, model, &w, MIMI_DIRECTION_ENCODE, CAP, MIMI_ATTENTION_RING, 1);
     emu_create(&dec, model, &w, MIMI_DIRECTION_DECODE, CAP, MIMI_ATTENTION_RING, 1);
     test_offline_plan(model, &w, clip);
+    test_wide_plan(model, &w, clip);
     test_bf16_rings(clip, enc.L.slot_elems);
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
            enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,
