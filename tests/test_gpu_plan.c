@@ -487,6 +487,52 @@ static int count_ops(const struct gpu_plan *p, int kind) {
     return n;
 }
 
+// An encode and a decode batch of the CPU backend, `capacity` slots open in each.
+static void cpu_pair(struct mimi_model *model, int capacity, struct mimi_batch **enc, struct mimi_batch **dec) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = capacity;
+    bp.n_codebooks = N_Q;
+    *enc = mimi_batch_create(model, &bp, NULL);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    *dec = mimi_batch_create(model, &bp, NULL);
+    for (int s = 0; s < capacity; s++) {
+        CHECK_EQ(mimi_batch_open(*enc), s);
+        CHECK_EQ(mimi_batch_open(*dec), s);
+    }
+}
+
+struct agreement {
+    int64_t equal, total;  // codes
+    double num, den;       // PCM error and signal energy
+};
+
+// One step of the n listed slots through the emulated plans and the CPU batches: their codes
+// compared, then both decoders given the CPU's codes and their PCM compared.
+static void step_both(struct emu_batch *enc, struct emu_batch *dec, struct mimi_batch *cenc,
+                      struct mimi_batch *cdec, int n, const int *list, const float *in, struct agreement *a) {
+    static float pcm_emu[WIDE * 1920], pcm_cpu[WIDE * 1920];
+    int32_t codes_emu[WIDE * N_Q], codes_cpu[WIDE * N_Q];
+    emu_step(enc, n, list, in, codes_emu);
+    CHECK_EQ(mimi_batch_encode(cenc, n, list, in, codes_cpu), MIMI_OK);
+    for (int i = 0; i < n * N_Q; i++) a->equal += codes_emu[i] == codes_cpu[i];
+    a->total += n * N_Q;
+    emu_step(dec, n, list, codes_cpu, pcm_emu);
+    CHECK_EQ(mimi_batch_decode(cdec, n, list, codes_cpu, pcm_cpu), MIMI_OK);
+    for (int i = 0; i < n * 1920; i++) {
+        double dlt = (double)pcm_emu[i] - pcm_cpu[i];
+        a->num += dlt * dlt, a->den += (double)pcm_cpu[i] * pcm_cpu[i];
+    }
+}
+
+// Reports and gates an agreement: codes >= 99.5% equal, PCM rel. L2 <= 1e-5.
+static void agreement_check(const struct agreement *a, const char *what) {
+    const double rel = sqrt(a->num / (a->den > 0 ? a->den : 1));
+    printf("  %s: codes equal %lld/%lld, decoded pcm rel_l2 %.3e\n", what, (long long)a->equal, (long long)a->total, rel);
+    CHECK(a->equal >= a->total * 995 / 1000);
+    CHECK(rel <= 1e-5);
+}
+
 // WIDE slots in one bucket: the plan takes the large-step ops (the fused resblock out of place,
 // then the history carry), and two steps of it give the CPU batch's codes and PCM.
 static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w, const float *clip) {
@@ -496,40 +542,17 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK), 1);  // the 64-channel level
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK), 1);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
-    struct mimi_batch_params bp;
-    mimi_batch_params_default(&bp);
-    bp.capacity = WIDE;
-    bp.n_codebooks = N_Q;
-    struct mimi_batch *cenc = mimi_batch_create(model, &bp, NULL);
-    bp.direction = MIMI_DIRECTION_DECODE;
-    struct mimi_batch *cdec = mimi_batch_create(model, &bp, NULL);
+    struct mimi_batch *cenc, *cdec;
+    cpu_pair(model, WIDE, &cenc, &cdec);
     int list[WIDE];
-    for (int s = 0; s < WIDE; s++) {
-        CHECK_EQ(mimi_batch_open(cenc), s);
-        CHECK_EQ(mimi_batch_open(cdec), s);
-        list[s] = s;
-    }
-    int equal = 0, total = 0;
-    double num = 0, den = 0;
+    for (int s = 0; s < WIDE; s++) list[s] = s;
+    struct agreement agree = {0};
     for (int step = 0; step < 2; step++) {
-        static float in[WIDE * 1920], pcm_emu[WIDE * 1920], pcm_cpu[WIDE * 1920];
-        int32_t codes_emu[WIDE * N_Q], codes_cpu[WIDE * N_Q];
+        static float in[WIDE * 1920];
         for (int s = 0; s < WIDE; s++) memcpy(in + s * 1920, clip + ((size_t)s * 3 + step) * 1920, sizeof(float) * 1920);
-        emu_step(&enc, WIDE, list, in, codes_emu);
-        CHECK_EQ(mimi_batch_encode(cenc, WIDE, list, in, codes_cpu), MIMI_OK);
-        for (int i = 0; i < WIDE * N_Q; i++) equal += codes_emu[i] == codes_cpu[i];
-        total += WIDE * N_Q;
-        emu_step(&dec, WIDE, list, codes_cpu, pcm_emu);
-        CHECK_EQ(mimi_batch_decode(cdec, WIDE, list, codes_cpu, pcm_cpu), MIMI_OK);
-        for (int i = 0; i < WIDE * 1920; i++) {
-            double dlt = (double)pcm_emu[i] - pcm_cpu[i];
-            num += dlt * dlt, den += (double)pcm_cpu[i] * pcm_cpu[i];
-        }
+        step_both(&enc, &dec, cenc, cdec, WIDE, list, in, &agree);
     }
-    const double rel = sqrt(num / (den > 0 ? den : 1));
-    printf("  %d-row plan vs CPU, 2 steps: codes equal %d/%d, decoded pcm rel_l2 %.3e\n", WIDE, equal, total, rel);
-    CHECK(equal >= total * 995 / 1000);
-    CHECK(rel <= 1e-5);
+    agreement_check(&agree, "wide plan vs CPU, 2 steps");
     mimi_batch_destroy(cenc);
     mimi_batch_destroy(cdec);
     emu_destroy(&enc);
@@ -693,50 +716,24 @@ int main(int argc, char **argv) {
            dec.plans[1].n_ops, dec.plans[CAP].n_ops);
 
     // the same steps through the CPU backend's batch
-    struct mimi_batch_params bp;
-    mimi_batch_params_default(&bp);
-    bp.capacity = SLOTS;
-    bp.n_codebooks = N_Q;
-    struct mimi_batch *cenc = mimi_batch_create(model, &bp, NULL);
-    bp.direction = MIMI_DIRECTION_DECODE;
-    struct mimi_batch *cdec = mimi_batch_create(model, &bp, NULL);
-    for (int s = 0; s < SLOTS; s++) {
-        CHECK_EQ(mimi_batch_open(cenc), s);
-        CHECK_EQ(mimi_batch_open(cdec), s);
-    }
+    struct mimi_batch *cenc, *cdec;
+    cpu_pair(model, SLOTS, &cenc, &cdec);
     int done[SLOTS] = {0};
-    int64_t codes_equal = 0, codes_total = 0;
-    double err_num = 0, err_den = 0;
+    struct agreement agree = {0};
     for (int step = 0; step < FRAMES + 2; step++) {
         // every slot, then subsets: slot 1 skips step 1, slot 0 skips steps 2 and 3
         int list[SLOTS], n = 0;
-        static float in[SLOTS * 1920], pcm_emu[SLOTS * 1920], pcm_cpu[SLOTS * 1920];
-        int32_t codes_emu[SLOTS * N_Q], codes_cpu[SLOTS * N_Q];
+        static float in[SLOTS * 1920];
         for (int s = SLOTS - 1; s >= 0; s--) {
             if (done[s] == FRAMES || (s == 1 && step == 1) || (s == 0 && (step == 2 || step == 3))) continue;
             memcpy(in + n * 1920, clip + ((size_t)s * 7 + done[s]) * 1920, sizeof(float) * 1920);
             list[n++] = s;
         }
         if (n == 0) continue;
-        emu_step(&enc, n, list, in, codes_emu);
-        CHECK_EQ(mimi_batch_encode(cenc, n, list, in, codes_cpu), MIMI_OK);
-        for (int i = 0; i < n * N_Q; i++) codes_equal += codes_emu[i] == codes_cpu[i];
-        codes_total += n * N_Q;
-        // both decoders take the CPU's codes
-        emu_step(&dec, n, list, codes_cpu, pcm_emu);
-        CHECK_EQ(mimi_batch_decode(cdec, n, list, codes_cpu, pcm_cpu), MIMI_OK);
-        for (int i = 0; i < n * 1920; i++) {
-            double dlt = (double)pcm_emu[i] - pcm_cpu[i];
-            err_num += dlt * dlt;
-            err_den += (double)pcm_cpu[i] * pcm_cpu[i];
-        }
+        step_both(&enc, &dec, cenc, cdec, n, list, in, &agree);
         for (int k = 0; k < n; k++) done[list[k]]++;
     }
-    double rel = sqrt(err_num / (err_den > 0 ? err_den : 1));
-    printf("  plan vs CPU: codes equal %lld/%lld, decoded pcm rel_l2 %.3e\n", (long long)codes_equal,
-           (long long)codes_total, rel);
-    CHECK(codes_equal >= codes_total * 995 / 1000);
-    CHECK(rel <= 1e-5);
+    agreement_check(&agree, "plan vs CPU");
     mimi_batch_destroy(cenc);
     mimi_batch_destroy(cdec);
     emu_destroy(&enc);
