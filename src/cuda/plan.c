@@ -84,17 +84,21 @@ static void rope_table(float *out, const struct transformer *t) {
 
 int gpu_conv_ld(int k) { return (k + 3) & ~3; }
 
+// n zeroed floats on the host that gpu_weights_release frees; NULL when out of memory or room.
+static float *owned_floats(struct gpu_weights *w, size_t n) {
+    if (w->n_owned == (int)(sizeof w->owned / sizeof w->owned[0])) return NULL;
+    float *p = calloc(n, sizeof(float));
+    if (p) w->owned[w->n_owned++] = p;
+    return p;
+}
+
 // A conv's weight (c_out, c_in*K) with its bias appended as column c_in*K (zeros without bias),
 // so that the product over an im2col matrix with a row of ones adds the bias. Rows are padded
 // with zeros to gpu_conv_ld(c_in*K + 1) floats (16-byte aligned rows).
 static const float *map_with_bias(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
     const size_t ck = (size_t)c->c_in * c->kernel, ld = (size_t)gpu_conv_ld((int)ck + 1);
-    float *packed = calloc(ld * c->c_out, sizeof(float));
-    if (!packed || w->n_owned == (int)(sizeof w->owned / sizeof w->owned[0])) {
-        free(packed);
-        return NULL;
-    }
-    w->owned[w->n_owned++] = packed;
+    float *packed = owned_floats(w, ld * c->c_out);
+    if (!packed) return NULL;
     for (int o = 0; o < c->c_out; o++) {
         memcpy(packed + o * ld, c->weight + o * ck, sizeof(float) * ck);
         packed[o * ld + ck] = c->bias ? c->bias[o] : 0.0f;
@@ -106,12 +110,8 @@ static const float *map_with_bias(struct gpu_weights *w, const struct mimi_conv 
 // w[o, i, k] for every o and the last row the bias (zeros without bias); for op_resblock.
 static const float *map_transposed(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
     const size_t ck = (size_t)c->c_in * c->kernel;
-    float *packed = calloc((ck + 1) * c->c_out, sizeof(float));
-    if (!packed || w->n_owned == (int)(sizeof w->owned / sizeof w->owned[0])) {
-        free(packed);
-        return NULL;
-    }
-    w->owned[w->n_owned++] = packed;
+    float *packed = owned_floats(w, (ck + 1) * c->c_out);
+    if (!packed) return NULL;
     for (int o = 0; o < c->c_out; o++) {
         for (size_t k = 0; k < ck; k++) packed[k * c->c_out + o] = c->weight[o * ck + k];
         packed[ck * c->c_out + o] = c->bias ? c->bias[o] : 0.0f;
