@@ -272,7 +272,7 @@ int mimi_batch_check_kind(struct mimi_batch *b, int want_codes) {
 // first one. A large batch's PCM is megabytes: a branch per value cost milliseconds of a step,
 // and a separate pass over it before the copy another millisecond or two.
 #define CHECK_BLOCK 256
-size_t mimi_copy_finite(float *dst, const float *src, size_t n) {
+static size_t copy_finite(float *dst, const float *src, size_t n) {
     size_t i = 0;
     for (; i + CHECK_BLOCK <= n; i += CHECK_BLOCK) {
         uint32_t bad = 0;
@@ -299,7 +299,7 @@ size_t mimi_copy_finite(float *dst, const float *src, size_t n) {
 struct host_copy {
     void *dst;
     const void *src;
-    size_t n;      // floats (checked) or bytes
+    size_t n;      // floats (checked; dst may then be NULL) or bytes
     int check;
     size_t first;  // the lowest index of a NaN or infinity found, else n
     pthread_mutex_t lock;
@@ -316,7 +316,8 @@ static void host_copy_task(void *ctx, int ith, int nth) {
         memcpy((char *)c->dst + begin, (const char *)c->src + begin, end - begin);
         return;
     }
-    size_t bad = begin + mimi_copy_finite((float *)c->dst + begin, (const float *)c->src + begin, end - begin);
+    float *dst = c->dst ? (float *)c->dst + begin : NULL;
+    size_t bad = begin + copy_finite(dst, (const float *)c->src + begin, end - begin);
     if (bad == end) return;
     pthread_mutex_lock(&c->lock);
     if (bad < c->first) c->first = bad;
@@ -327,7 +328,7 @@ static size_t host_copy(const struct mimi_model *m, void *dst, const void *src, 
     struct mimi_pool *pool = m->cpu ? m->cpu->pool : NULL;
     const size_t bytes = check ? n * sizeof(float) : n;
     if (!pool || bytes < HOST_COPY_SPLIT) {
-        if (check) return mimi_copy_finite(dst, src, n);
+        if (check) return copy_finite(dst, src, n);
         memcpy(dst, src, n);
         return n;
     }
@@ -336,19 +337,19 @@ static size_t host_copy(const struct mimi_model *m, void *dst, const void *src, 
     return c.first;
 }
 
-size_t mimi_host_copy_finite(const struct mimi_model *m, float *dst, const float *src, size_t n) {
-    return host_copy(m, dst, src, n, 1);
-}
-
 void mimi_host_copy(const struct mimi_model *m, void *dst, const void *src, size_t bytes) {
     host_copy(m, dst, src, bytes, 0);
 }
 
-int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what) {
-    const size_t i = mimi_copy_finite(NULL, x, n);
+int mimi_batch_copy_finite(struct mimi_batch *b, float *dst, const float *x, size_t n, const char *what) {
+    const size_t i = host_copy(b->model, dst, x, n, 1);
     if (i == n) return MIMI_OK;
     mimi_batch_error(b, "%s value %zu is NaN or infinite", what, i);
     return MIMI_EINVAL;
+}
+
+int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what) {
+    return mimi_batch_copy_finite(b, NULL, x, n, what);
 }
 
 // Checks a step's slot list: 0 <= n <= capacity, every slot open and listed once.

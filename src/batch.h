@@ -71,12 +71,10 @@ int mimi_batch_check_codebooks(const struct mimi_model *model, int n_codebooks);
 
 // Checks that every value is finite; records the first bad one.
 int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what);
-// Copies src to dst (when dst is not NULL) up to its first NaN or infinity and returns that
-// value's index, or n when all are finite: the check and the copy in one pass.
-size_t mimi_copy_finite(float *dst, const float *src, size_t n);
-// The host's share of a large device step: mimi_copy_finite and memcpy, split over the model's
-// threads (n_threads) when the copy is large.
-size_t mimi_host_copy_finite(const struct mimi_model *m, float *dst, const float *src, size_t n);
+// The same check in one pass with a copy of x to dst (a device batch's pinned stage); a large
+// one is split over the model's threads (n_threads). Returns MIMI_OK or MIMI_EINVAL.
+int mimi_batch_copy_finite(struct mimi_batch *b, float *dst, const float *x, size_t n, const char *what);
+// memcpy, split over the model's threads when large: the host's share of a device step.
 void mimi_host_copy(const struct mimi_model *m, void *dst, const void *src, size_t bytes);
 
 // Checks codes (n frames of n_codebooks) against the codebook size; records the first bad one.

@@ -41,11 +41,8 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
         if (!floats) {
             memcpy(in, input, row * n);
         } else {
-            const size_t bad = mimi_host_copy_finite(b->model, (float *)in, (const float *)input, count);
-            if (bad < count) {
-                mimi_batch_error(b, "%s value %zu is NaN or infinite", encode ? "sample" : "latent", bad);
-                return MIMI_EINVAL;
-            }
+            int rc = mimi_batch_copy_finite(b, (float *)in, (const float *)input, count, encode ? "sample" : "latent");
+            if (rc) return rc;
         }
         memset(in + row * n, 0, row * (R - n));
     }
