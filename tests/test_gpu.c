@@ -12,6 +12,7 @@
 #include "mimi.h"
 #include "safetensors.h"
 #include "test.h"
+#include "bad_samples.h"
 #ifdef MIMI_TEST_CUDA_RUNTIME
 #include <cuda_runtime_api.h>
 #endif
@@ -369,23 +370,13 @@ static void test_bad_pcm(void) {
     mimi_batch_destroy(dec);
     // a step large enough that the two host threads share the copy: the first bad sample is
     // named whichever thread's share it falls in
-    enum { WIDE_N = 160 };
+    enum { WIDE_N = BAD_SAMPLES_SLOTS };
     if (batch_pair(gpu, WIDE_N, WIDE_N, &enc, &dec)) return;
     float *wide = calloc((size_t)WIDE_N * FRAME, sizeof(float));
     int32_t *wide_codes = malloc(sizeof(int32_t) * WIDE_N * N_Q);
     int wide_list[WIDE_N];
     for (int s = 0; s < WIDE_N; s++) wide_list[s] = s;
-    static const size_t at[][2] = {{100 * FRAME + 3, 0}, {10 * FRAME + 1, 100 * FRAME + 3}, {WIDE_N * FRAME - 1, 0}};
-    for (size_t k = 0; wide && wide_codes && k < sizeof at / sizeof at[0]; k++) {
-        char want[64];
-        wide[at[k][0]] = NAN;
-        if (at[k][1]) wide[at[k][1]] = INFINITY;
-        snprintf(want, sizeof want, "sample value %zu is NaN or infinite", at[k][0]);
-        CHECK_EQ(mimi_batch_encode(enc, WIDE_N, wide_list, wide, wide_codes), MIMI_EINVAL);
-        CHECK(strstr(mimi_batch_errmsg(enc), want) != NULL);
-        wide[at[k][0]] = 0.0f;
-        if (at[k][1]) wide[at[k][1]] = 0.0f;
-    }
+    if (wide && wide_codes) check_bad_samples(enc, wide, wide_codes);
     CHECK_EQ(mimi_batch_encode(enc, WIDE_N, wide_list, wide, wide_codes), MIMI_OK);
     free(wide), free(wide_codes);
     mimi_batch_destroy(enc);

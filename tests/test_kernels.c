@@ -26,6 +26,7 @@
 #include "nn/ops.h"
 #include "safetensors.h"
 #include "test.h"
+#include "bad_samples.h"
 
 static const int ISAS[] = {MIMI_ISA_AVX2, MIMI_ISA_AVX512, MIMI_ISA_NEON};
 
@@ -471,6 +472,18 @@ static void test_model(void) {
     int same = !memcmp(c1, c2, sizeof c1) && !memcmp(o1, o2, sizeof(float) * 1920 * frames);
     printf("  model: 2 threads %s 1 thread (codes and pcm, bit for bit)\n", same ? "==" : "!=");
     CHECK(same);
+    // a batch step's samples past 1 MB are checked by both threads
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = BAD_SAMPLES_SLOTS;
+    struct mimi_batch *wb = mimi_batch_create(m2, &bp, NULL);
+    float *wide = calloc((size_t)BAD_SAMPLES_SLOTS * 1920, sizeof(float));
+    int32_t *wide_codes = malloc(sizeof(int32_t) * BAD_SAMPLES_SLOTS * bp.n_codebooks);
+    for (int k = 0; wb && k < BAD_SAMPLES_SLOTS; k++) CHECK_EQ(mimi_batch_open(wb), k);
+    CHECK(wb && wide && wide_codes);
+    if (wb && wide && wide_codes) check_bad_samples(wb, wide, wide_codes);
+    free(wide), free(wide_codes);
+    mimi_batch_destroy(wb);
     // explicit kernel sets: loadable exactly when compiled in and on this CPU
     for (int i = 0; i < 3; i++) {
         struct mimi_model *m = load(ISAS[i], 1, MIMI_WEIGHTS_F32, &rc);
