@@ -255,14 +255,20 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 template <int MAXS, typename T>
 static __global__ void __launch_bounds__(32 * ATTF_WARPS) attention_onepass_kernel(const struct op_attention a) {
     typedef typename ring4<T>::unit unit;
-    pdl_begin();
     __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
     __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
     // this block's queries: steps s0 .. s0 + steps - 1 of the row
     const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * MAXS, steps = min(MAXS, a.steps - s0);
     const int d = a.d, ring = a.ring;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
-    const int slot = a.row_slot[r];
+    const int slot = a.row_slot[r];  // (set by the step's input copy, before any kernel)
+    if (a.R <= GPU_SKINNY_MAX && slot >= 0)  // small steps: this head's share of the rings
+        for (int j = threadIdx.x; j < ring; j += blockDim.x) {
+            const size_t at = (size_t)j * d + (size_t)h * ATTF_HD;
+            prefetch_l2(slot_ring<T>(a.keys, a.slot_stride, slot) + at, sizeof(T) * ATTF_HD, 0, 1);
+            prefetch_l2(slot_ring<T>(a.values, a.slot_stride, slot) + at, sizeof(T) * ATTF_HD, 0, 1);
+        }
+    pdl_begin();
     float *out = a.out + ((size_t)r * a.steps + s0) * d + (size_t)h * ATTF_HD;
     if (slot < 0) {
         for (int i = threadIdx.x; i < steps * ATTF_HD; i += blockDim.x) out[(size_t)(i / ATTF_HD) * d + i % ATTF_HD] = 0.0f;

@@ -30,6 +30,19 @@ static __device__ __forceinline__ void pdl_begin() {
 #endif
 }
 
+// A kernel of a small step asks for what it will read before pdl_begin(): its weights (and the
+// attention its rings, written by earlier steps) then come into L2 while the predecessor still
+// runs, instead of one memory round trip after it. Thread i of n requests every n-th 128-byte
+// line of [p, p + bytes). Only a hint: L2 is where every write of the chip lands, so a line
+// fetched early is never stale.
+static __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes, int i, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uintptr_t end = (uintptr_t)p + bytes;
+    for (uintptr_t a = ((uintptr_t)p & ~(uintptr_t)127) + (uintptr_t)i * 128; a < end; a += (uintptr_t)n * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+#endif
+}
+
 // kernel<<<grid, block, smem, ex's stream>>>(args...), programmatic when ex->pdl; a launch
 // error is left for launch_status().
 template <typename... Params, typename... Args>

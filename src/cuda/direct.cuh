@@ -92,7 +92,6 @@ static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs
 
 template <class G>
 static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(const G g) {
-    pdl_begin();
     static_assert(DIRECT_TO % DIRECT_WARPS == 0 && DIRECT_TO % 4 == 0, "channels split evenly over the warps");
     extern __shared__ float4 direct_smem[];
     float *ws = (float *)direct_smem, *xs = ws + DIRECT_KC * DIRECT_TO;  // (kc, DIRECT_TO), (kc, 32)
@@ -102,6 +101,13 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
     const int phase = blockIdx.y % phases, o0 = blockIdx.y / phases * DIRECT_TO;
     const int n = blockIdx.x * 32 + lane;
     const int p_begin = blockIdx.z * sp.chunk, p_end = min(KK, p_begin + sp.chunk);
+    // the first column tile requests the weights of its channels (their span, for each channel)
+    if (blockIdx.x == 0 && p_begin < p_end)
+        for (int o = o0 + warp; o < min(o0 + DIRECT_TO, g.c_out()); o += DIRECT_WARPS) {
+            const float *first = g.weight(o, phase, p_begin), *last = g.weight(o, phase, p_end - 1);
+            prefetch_l2(first, sizeof(float) * (size_t)(last - first + 1), lane, 32);
+        }
+    pdl_begin();
     float acc[DIRECT_TO];
 #pragma unroll
     for (int o = 0; o < DIRECT_TO; o++) acc[o] = 0.0f;

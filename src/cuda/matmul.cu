@@ -91,22 +91,23 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * 
 // takes 4 consecutive p at a time, 4 groups per round (16 weights in flight per lane), and keeps
 // the S partial sums in registers; warps then reduce through shared memory.
 static __global__ void skinny_kernel(const struct skinny a) {
-    pdl_begin();
     __shared__ float part[SKINNY_WARPS][SKINNY_MAX];
     extern __shared__ float4 skinny_smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int rows = SKINNY_WARPS / a.split, jr = warp / a.split, ks = warp % a.split;
+    const int j = blockIdx.x * rows + jr;
+    const int share = ((a.K + a.split - 1) / a.split + 3) & ~3, p0 = ks * share;
+    const int p1 = p0 + share < a.K ? p0 + share : a.K;
+    if (j < a.J && p0 < p1) prefetch_l2(a.w + (long long)j * a.wj + p0, sizeof(float) * (p1 - p0), lane, 32);
+    pdl_begin();
     struct xsrc xv = {a.x, a.xs, a.xp, a.xvec != 0};
     if (a.ln_w) {
         ln_prologue(a, (float *)skinny_smem);
         xv = (struct xsrc){(const float *)skinny_smem, a.K, 1, a.K % 4 == 0};
     }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int rows = SKINNY_WARPS / a.split, jr = warp / a.split, ks = warp % a.split;
-    const int j = blockIdx.x * rows + jr;
     float acc[SKINNY_MAX];
 #pragma unroll
     for (int s = 0; s < SKINNY_MAX; s++) acc[s] = 0.0f;
-    const int share = ((a.K + a.split - 1) / a.split + 3) & ~3, p0 = ks * share;
-    const int p1 = p0 + share < a.K ? p0 + share : a.K;
     if (j < a.J && p0 < p1) {
         const float *w = a.w + (long long)j * a.wj;
         int p = p0 + 4 * lane;

@@ -55,11 +55,13 @@ static __global__ void argmin_kernel(const struct op_argmin a) {
 // Block b scores the bins b, b + G, b + 2G, ... (G blocks; a warp per bin, a lane per 32nd of
 // the entry) against every row's query held in shared memory, and keeps each row's best (v, j).
 static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const struct op_argmin a) {
-    pdl_begin();
     __shared__ float qs[GPU_SKINNY_MAX * GPU_RVQ_MAX_DIM];
     __shared__ float wv[RVQ_WARPS][GPU_SKINNY_MAX];
     __shared__ int wj[RVQ_WARPS][GPU_SKINNY_MAX], code[GPU_SKINNY_MAX];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x;
+    for (int j = blockIdx.x + warp * G; j < a.bins; j += RVQ_WARPS * G)
+        prefetch_l2(a.book + (size_t)j * a.dim, sizeof(float) * a.dim, lane, 32);
+    pdl_begin();
     for (int i = threadIdx.x; i < R * a.dim; i += blockDim.x) qs[i] = a.query[i];
     __syncthreads();
     float bv[GPU_SKINNY_MAX];
