@@ -51,32 +51,59 @@ static __device__ __forceinline__ float4 x4(const struct xsrc &x, int s, int p) 
 }
 
 // hs (S, K) = LayerNorm(x_new) * ln_w + ln_b per row, x_new = ln_x + ln_scale * ln_y (or ln_x);
-// block 0 stores x_new to ln_out. A warp per row; the mean and biased variance are accumulated
-// in double and every f32 step is rounded separately, as norm.cu does.
+// block 0 stores x_new to ln_out. Every thread takes the elements i = t, t + blockDim, ... of
+// each row (kept in hs between the passes, read back by the thread that wrote them), so a row
+// costs one memory round trip however few rows there are. The mean and biased variance are
+// accumulated in double (warps, then the block's warps in order) and every f32 step is rounded
+// separately, as norm.cu does.
+static __device__ double block_sum(double v, double (*red)[SKINNY_MAX], int s) {
+    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32][s] = v;
+    return v;
+}
+
 static __device__ void ln_prologue(const struct skinny &a, float *hs) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K = a.K;
-    for (int s = warp; s < a.S; s += SKINNY_WARPS) {
+    __shared__ double sums[SKINNY_WARPS][SKINNY_MAX], squares[SKINNY_WARPS][SKINNY_MAX];
+    __shared__ float mean[SKINNY_MAX], inv[SKINNY_MAX];
+    const int K = a.K, S = a.S, t = threadIdx.x, T = blockDim.x;
+    for (int s = 0; s < S; s++) {
         const float *x = a.ln_x + (size_t)s * K, *y = a.ln_y ? a.ln_y + (size_t)s * K : NULL;
-        float *h = hs + (size_t)s * K;
         double sum = 0.0;
-        for (int i = lane; i < K; i += 32) {
+        for (int i = t; i < K; i += T) {
             float v = x[i];
             if (y) v = __fadd_rn(v, __fmul_rn(a.ln_scale[i], y[i]));
-            h[i] = v;
+            hs[(size_t)s * K + i] = v;
             sum += v;
         }
-        for (int off = 16; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        const double mean = sum / K;
-        double q = 0.0;
-        for (int i = lane; i < K; i += 32) q += ((double)h[i] - mean) * ((double)h[i] - mean);
-        for (int off = 16; off; off >>= 1) q += __shfl_xor_sync(0xffffffffu, q, off);
-        const float inv = (float)(1.0 / sqrt(q / K + (double)a.ln_eps)), mf = (float)mean;
-        for (int i = lane; i < K; i += 32) {
-            const float v = h[i];
-            if (blockIdx.x == 0 && a.ln_out) a.ln_out[(size_t)s * K + i] = v;
-            h[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v, mf), inv), a.ln_w[i]), a.ln_b[i]);
-        }
+        block_sum(sum, sums, s);
     }
+    __syncthreads();
+    for (int s = 0; s < S; s++) {
+        double sum = 0.0;
+        for (int w = 0; w < SKINNY_WARPS; w++) sum += sums[w][s];
+        const double m = sum / K;
+        double q = 0.0;
+        for (int i = t; i < K; i += T) {
+            const double d = (double)hs[(size_t)s * K + i] - m;
+            q += d * d;
+        }
+        block_sum(q, squares, s);
+        if (t == 0) mean[s] = (float)m;
+    }
+    __syncthreads();
+    if (t < S) {
+        double q = 0.0;
+        for (int w = 0; w < SKINNY_WARPS; w++) q += squares[w][t];
+        inv[t] = (float)(1.0 / sqrt(q / K + (double)a.ln_eps));
+    }
+    __syncthreads();
+    for (int s = 0; s < S; s++)
+        for (int i = t; i < K; i += T) {
+            float *h = hs + (size_t)s * K + i;
+            const float v = *h;
+            if (blockIdx.x == 0 && a.ln_out) a.ln_out[(size_t)s * K + i] = v;
+            *h = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v, mean[s]), inv[s]), a.ln_w[i]), a.ln_b[i]);
+        }
     __syncthreads();
 }
 
@@ -98,7 +125,19 @@ static __global__ void skinny_kernel(const struct skinny a) {
     const int j = blockIdx.x * rows + jr;
     const int share = ((a.K + a.split - 1) / a.split + 3) & ~3, p0 = ks * share;
     const int p1 = p0 + share < a.K ? p0 + share : a.K;
-    if (j < a.J && p0 < p1) prefetch_l2(a.w + (long long)j * a.wj + p0, sizeof(float) * (p1 - p0), lane, 32);
+    // the first round of weights is loaded before the wait (it arrives while the predecessor
+    // runs), every next round before the current one is used
+    const bool mine = j < a.J && p0 < p1;
+    const float *w = a.w + (long long)(mine ? j : 0) * a.wj;
+    int p = p0 + 4 * lane;
+    float4 wv[4];
+    bool round = mine && p + 384 + 3 < p1;
+    if (round) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) wv[u] = w4(a, w, p + 128 * u);
+    }
+    const int early = round ? 512 : 0;  // the rest of the share toward L2
+    if (mine && p1 - p0 > early) prefetch_l2(w + p0 + early, sizeof(float) * (p1 - p0 - early), lane, 32);
     pdl_begin();
     struct xsrc xv = {a.x, a.xs, a.xp, a.xvec != 0};
     if (a.ln_w) {
@@ -108,18 +147,21 @@ static __global__ void skinny_kernel(const struct skinny a) {
     float acc[SKINNY_MAX];
 #pragma unroll
     for (int s = 0; s < SKINNY_MAX; s++) acc[s] = 0.0f;
-    if (j < a.J && p0 < p1) {
-        const float *w = a.w + (long long)j * a.wj;
-        int p = p0 + 4 * lane;
-        for (; p + 384 + 3 < p1; p += 512) {
-            float4 wv[4];
+    if (mine) {
+        while (round) {
+            const bool next = p + 512 + 384 + 3 < p1;
+            float4 nv[4];
 #pragma unroll
-            for (int u = 0; u < 4; u++) wv[u] = w4(a, w, p + 128 * u);
+            for (int u = 0; u < 4; u++) nv[u] = next ? w4(a, w, p + 512 + 128 * u) : wv[u];
 #pragma unroll
             for (int s = 0; s < SKINNY_MAX; s++)
                 if (s < a.S)
                     acc[s] += dot4(wv[0], x4(xv, s, p)) + dot4(wv[1], x4(xv, s, p + 128)) +
                               dot4(wv[2], x4(xv, s, p + 256)) + dot4(wv[3], x4(xv, s, p + 384));
+#pragma unroll
+            for (int u = 0; u < 4; u++) wv[u] = nv[u];
+            p += 512;
+            round = next;
         }
         for (; p + 3 < p1; p += 128) {
             float4 wv = w4(a, w, p);
@@ -139,6 +181,7 @@ static __global__ void skinny_kernel(const struct skinny a) {
     // sum over the warp, then over the warps of one row
 #pragma unroll
     for (int s = 0; s < SKINNY_MAX; s++) {
+        if (s >= a.S) break;
         float v = acc[s];
         for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
         if (lane == 0) part[warp][s] = v;
