@@ -182,10 +182,22 @@ static __global__ void narrow_kernel(const struct op_conv a) {
         const int nc = min(GPU_NARROW_CHANNELS, in.c_in - i0);
         __syncthreads();  // the previous windows are consumed
         for (int e = threadIdx.x; e < nc * in.K; e += blockDim.x) narrow_w[e] = a.w[(size_t)i0 * in.K + e];
-        // zeros past the row's end (the last tile's idle columns)
-        for (int c = 0; c < nc; c++)
-            for (int j = threadIdx.x; j < W; j += blockDim.x)
-                narrow_win[c * W + j] = j0 + j < in.H + in.T ? xin(in, i0 + c, r, j0 + j) : 0.0f;
+        if (nc == GPU_NARROW_CHANNELS && j0 >= in.H && j0 + W <= in.H + in.T) {
+            // a window inside this step's input: every channel's value loaded before any is stored
+            const float *x0 = in.x + ((size_t)i0 * in.R + r) * in.T + (j0 - in.H);
+            for (int j = threadIdx.x; j < W; j += blockDim.x) {
+                float v[GPU_NARROW_CHANNELS];
+#pragma unroll
+                for (int c = 0; c < GPU_NARROW_CHANNELS; c++) v[c] = x0[(size_t)c * in.R * in.T + j];
+#pragma unroll
+                for (int c = 0; c < GPU_NARROW_CHANNELS; c++) narrow_win[c * W + j] = in.elu ? elu_f(v[c]) : v[c];
+            }
+        } else {
+            // zeros past the row's end (the last tile's idle columns)
+            for (int c = 0; c < nc; c++)
+                for (int j = threadIdx.x; j < W; j += blockDim.x)
+                    narrow_win[c * W + j] = j0 + j < in.H + in.T ? xin(in, i0 + c, r, j0 + j) : 0.0f;
+        }
         __syncthreads();
         for (int c = 0; c < nc; c++) {
             const float *w = narrow_w + c * in.K, *x = narrow_win + c * W + threadIdx.x * in.S;
