@@ -244,10 +244,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 // ---- attention, one pass (head_dim 64: every Mimi and Pocket transformer) ----
 
 #define ATTF_WARPS 8
-// Blocks each SM must hold: with two query steps per block, four (64 registers) instead of the
-// three that 80 registers allow; at 2048 streams this took bf16 rings' attention from 4.9 to
-// 3.4 ms per step (f32 rings, bound by bandwidth, stay at 4.7).
-#define ATTF_MIN_BLOCKS(MAXS) ((MAXS) == 2 ? 4 : 2)
+// Blocks each SM must hold (0: no bound): with bfloat16 rings and two query steps per block,
+// four (64 registers) instead of the three that 80 registers allow; at 2048 streams this took
+// that attention from 3.76 to 3.44 ms per step. f32 rings, bound by bandwidth, lost 2-4% with
+// four and keep the compiler's choice.
+#define ATTF_MIN_BLOCKS(MAXS, T) ((MAXS) == 2 && sizeof(T) == 2 ? 4 : 0)
 #define ATTF_HD GPU_ATT_ONEPASS_HD
 
 // One block per (row, head), ATTF_WARPS warps each owning a contiguous share of the ring. A warp
@@ -257,7 +258,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 // then merged in a fixed order. Keys and values are read once, in one pass; the result differs
 // from the two-pass kernel above only in rounding. T: the rings' element type.
 template <int MAXS, typename T>
-static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS)) attention_onepass_kernel(const struct op_attention a) {
+static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, T)) attention_onepass_kernel(const struct op_attention a) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
     __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
