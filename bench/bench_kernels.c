@@ -98,6 +98,8 @@ int main(int argc, char **argv) {
         {"linear1, 64 streams", 2048, 128, 512},
         {"enc model.12, 16 streams", 1024, 32, 8192},
         {"dec model.5 (16 st.) 1536x1024", 1536, 256, 1024},
+        {"dec model.5 1536x1024, 16 columns", 1536, 16, 1024},
+        {"enc model.9 512x3072, 16 columns", 512, 16, 3072},
     };
     const char *only = getenv("MIMI_BENCH_ONLY");  // a substring of the op names to run
     for (size_t i = 0; i < sizeof gemms / sizeof gemms[0]; i++) {
