@@ -464,6 +464,35 @@ static void KSUF(layer_norm)(const float *x, float *y, int rows, int d, const fl
 
 #define MAX_QUERIES 16  // queries served per pass over the keys
 
+// Dot products of query qs (AH floats, in AV vectors) with keys i0 .. i0 + nk - 1 (nk <= 4),
+// each accumulated over its vectors in order and then summed across lanes by v_hsum, as the
+// general loop below does; the four chains run side by side.
+#define AH 64
+#define AV (AH / SIMD_W)
+#if defined(__clang__)
+#define UNROLL_AV _Pragma("clang loop unroll(full)")
+#elif defined(__GNUC__)
+#define UNROLL_AV _Pragma("GCC unroll 16")
+#else
+#define UNROLL_AV
+#endif
+SIMD_INLINE void dots4(const vf *qv, const float *keys, ptrdiff_t ld, const int *idx, int i0, int nk,
+                       float *dot) {
+    const float *k0 = keys + (ptrdiff_t)idx[i0] * ld;
+    const float *k1 = nk > 1 ? keys + (ptrdiff_t)idx[i0 + 1] * ld : k0;
+    const float *k2 = nk > 2 ? keys + (ptrdiff_t)idx[i0 + 2] * ld : k0;
+    const float *k3 = nk > 3 ? keys + (ptrdiff_t)idx[i0 + 3] * ld : k0;
+    vf a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
+    UNROLL_AV
+    for (int c = 0; c < AV; c++) {
+        a0 = v_fma(qv[c], v_load(k0 + c * SIMD_W), a0);
+        a1 = v_fma(qv[c], v_load(k1 + c * SIMD_W), a1);
+        a2 = v_fma(qv[c], v_load(k2 + c * SIMD_W), a2);
+        a3 = v_fma(qv[c], v_load(k3 + c * SIMD_W), a3);
+    }
+    dot[0] = v_hsum(a0), dot[1] = v_hsum(a1), dot[2] = v_hsum(a2), dot[3] = v_hsum(a3);
+}
+
 static void attend_block(const float *q, ptrdiff_t ldq, int n_q, const float *keys,
                          const float *values, ptrdiff_t ld, const int *idx,
                          const unsigned char *vis, int n, int hd, float scale, float *scores,
@@ -471,19 +500,42 @@ static void attend_block(const float *q, ptrdiff_t ldq, int n_q, const float *ke
     const int hv = hd - hd % SIMD_W;
     float max[MAX_QUERIES], sum[MAX_QUERIES];
     for (int s = 0; s < n_q; s++) max[s] = -INFINITY, sum[s] = 0.0f;
-    // scores: each key read once, dotted with every query that sees it
-    for (int i = 0; i < n; i++) {
-        const float *k = keys + (ptrdiff_t)idx[i] * ld;
+    if (hd == AH) {
+        // a query at a time, held in registers, against four keys at a time
         for (int s = 0; s < n_q; s++) {
-            if (!vis[(size_t)s * n + i]) continue;
-            const float *qs = q + s * ldq;
-            vf acc = v_zero();
-            for (int c = 0; c < hv; c += SIMD_W) acc = v_fma(v_load(qs + c), v_load(k + c), acc);
-            float dot = v_hsum(acc);
-            for (int c = hv; c < hd; c++) dot += qs[c] * k[c];
-            dot *= scale;
-            scores[(size_t)s * n + i] = dot;
-            max[s] = dot > max[s] ? dot : max[s];
+            vf qv[AV];
+            UNROLL_AV
+            for (int c = 0; c < AV; c++) qv[c] = v_load(q + s * ldq + c * SIMD_W);
+            const unsigned char *v = vis + (size_t)s * n;
+            float *sc = scores + (size_t)s * n, mx = -INFINITY;
+            for (int i0 = 0; i0 < n; i0 += 4) {
+                const int nk = n - i0 < 4 ? n - i0 : 4;
+                float dot[4];
+                dots4(qv, keys, ld, idx, i0, nk, dot);
+                for (int u = 0; u < nk; u++) {
+                    if (!v[i0 + u]) continue;
+                    const float d = dot[u] * scale;
+                    sc[i0 + u] = d;
+                    mx = d > mx ? d : mx;
+                }
+            }
+            max[s] = mx;
+        }
+    } else {
+        // scores: each key read once, dotted with every query that sees it
+        for (int i = 0; i < n; i++) {
+            const float *k = keys + (ptrdiff_t)idx[i] * ld;
+            for (int s = 0; s < n_q; s++) {
+                if (!vis[(size_t)s * n + i]) continue;
+                const float *qs = q + s * ldq;
+                vf acc = v_zero();
+                for (int c = 0; c < hv; c += SIMD_W) acc = v_fma(v_load(qs + c), v_load(k + c), acc);
+                float dot = v_hsum(acc);
+                for (int c = hv; c < hd; c++) dot += qs[c] * k[c];
+                dot *= scale;
+                scores[(size_t)s * n + i] = dot;
+                max[s] = dot > max[s] ? dot : max[s];
+            }
         }
     }
     // softmax numerators and sums, per query over its visible entries in list order
@@ -492,9 +544,36 @@ static void attend_block(const float *q, ptrdiff_t ldq, int n_q, const float *ke
         const unsigned char *v = vis + (size_t)s * n;
         for (int i = 0; i < n; i++) sc[i] = v[i] ? sc[i] - max[s] : -INFINITY;
         KSUF(exp)(sc, sc, (size_t)n);
+        float sm = 0.0f;
         for (int i = 0; i < n; i++)
-            if (v[i]) sum[s] += sc[i];
+            if (v[i]) sm += sc[i];
+        sum[s] = sm;
         for (int c = 0; c < hd; c++) out[s * ldo + c] = 0.0f;
+    }
+    if (hd == AH) {
+        // out_s = sum_i (e_si / sum_s) v_i, a query at a time with its sums in registers: the
+        // same divisions and the same fma chain per output as below
+        for (int s = 0; s < n_q; s++) {
+            float *sc = scores + (size_t)s * n;
+            const unsigned char *v = vis + (size_t)s * n;
+            const vf vs = v_set1(sum[s]);
+            int i = 0;
+            for (; i + SIMD_W <= n; i += SIMD_W) v_store(sc + i, v_div(v_load(sc + i), vs));
+            for (; i < n; i++) sc[i] = sc[i] / sum[s];
+            vf o[AV];
+            UNROLL_AV
+            for (int c = 0; c < AV; c++) o[c] = v_zero();
+            for (i = 0; i < n; i++) {
+                if (!v[i]) continue;
+                const float *vr = values + (ptrdiff_t)idx[i] * ld;
+                const vf vw = v_bcast(sc + i);
+                UNROLL_AV
+                for (int c = 0; c < AV; c++) o[c] = v_fma(vw, v_load(vr + c * SIMD_W), o[c]);
+            }
+            UNROLL_AV
+            for (int c = 0; c < AV; c++) v_store(out + s * ldo + c * SIMD_W, o[c]);
+        }
+        return;
     }
     // out_s = sum_i (e_si / sum_s) v_i: each value read once
     for (int i = 0; i < n; i++) {
