@@ -40,6 +40,16 @@ static void run_conv(void *ctx) {
     mimi_cpu_conv(c->cpu, &c->a);
 }
 
+// Mean seconds of a call, over at least 21 calls that take the `copies` cases (each `size`
+// bytes, with its own copy of the weights) in turn, so that every call reads its weights from
+// memory as a frame does.
+static double mean_over_copies(void (*run)(void *), void *cases, size_t size, int copies) {
+    const int reps = copies < 21 ? 21 : copies;
+    const double t0 = bench_now();
+    for (int r = 0; r < reps; r++) run((char *)cases + (size_t)(r % copies) * size);
+    return (bench_now() - t0) / reps;
+}
+
 int main(int argc, char **argv) {
     int threads = 1, isa = MIMI_ISA_AUTO, bf16 = 0;
     for (int i = 1; i < argc; i++) {
@@ -107,10 +117,7 @@ int main(int argc, char **argv) {
                                        .out = {.y = y, .group = M, .ms = 1, .cs = M}}};
         }
         free(w);
-        double t0 = bench_now();
-        const int reps = copies < 21 ? 21 : copies;
-        for (int r = 0; r < reps; r++) run_gemm(&g[r % copies]);
-        double s = (bench_now() - t0) / reps;
+        const double s = mean_over_copies(run_gemm, g, sizeof *g, copies);
         double bytes = (double)bytes_one, flops = 2.0 * M * N * K;
         printf("%-34s %9.1f %8.2f %8.2f %7.1f%%\n", gemms[i].name, s * 1e6, bytes / s / 1e9,
                flops / s / 1e9, 100 * flops / s / peak);
@@ -157,10 +164,7 @@ int main(int argc, char **argv) {
                                        .out = {.y = y, .group = co, .ms = T, .cs = 1},
                                        .rows_outer = (size_t)co * J * 4 > (512u << 10)}};
         }
-        double t0 = bench_now();
-        const int reps = copies < 21 ? 21 : copies;
-        for (int r = 0; r < reps; r++) run_conv(&c[r % copies]);
-        double s = (bench_now() - t0) / reps, flops = 2.0 * co * J * T;
+        const double s = mean_over_copies(run_conv, c, sizeof *c, copies), flops = 2.0 * co * J * T;
         printf("%-34s %9.1f %8s %8.2f %7.1f%%\n", convs[i].name, s * 1e6, "-", flops / s / 1e9,
                100 * flops / s / peak);
         free(c), free(w), free(x), free(y), free(off);
