@@ -205,7 +205,7 @@ void mimi_cpu_conv(const struct mimi_cpu *cpu, const struct mimi_conv_args *a) {
     struct mimi_cpu_profile *p = mimi_cpu_profiling;
     const double t0 = p ? mimi_cpu_now_us() : 0.0;
     struct job j = {.k = cpu->k, .args = a, .is_conv = 1};
-    j.n_items = (long)((a->M + cpu->k->conv_rows - 1) / cpu->k->conv_rows) *
+    j.n_items = (long)((a->M + cpu->k->mr - 1) / cpu->k->mr) *
                 ((a->T + cpu->k->conv_steps - 1) / cpu->k->conv_steps);
     run_kernel(cpu, &j, (double)a->M * a->T * a->J, 1);
     if (p) profiled(p, "conv", t0);

@@ -408,23 +408,37 @@ SIMD_INLINE void conv_tile(int J, const float *w, const int *off, const float *x
     acc[3][1] = a31, acc[3][2] = a32;
 }
 
-// Work items are (block of CRB rows, block of CTB steps).
+// Work items are (panel of MR rows, block of CTB steps). A panel's CRB-row blocks run their
+// reduction JC indices at a time, all of them before the next JC: that chunk of the input
+// (JC x CTB floats) and of the panel (JC x MR) stays in L1 for the MR / CRB blocks, and each
+// output's chain runs in the same order as in one pass.
+#define JC 128
 static void KSUF(conv)(const struct mimi_conv_args *a, long i0, long i1) {
-    const int row_blocks = (a->M + CRB - 1) / CRB, time_blocks = (a->T + CTB - 1) / CTB;
+    const int panels = (a->M + MR - 1) / MR, time_blocks = (a->T + CTB - 1) / CTB;
     for (long it = i0; it < i1; it++) {
-        const int rb = (int)(a->rows_outer ? it / time_blocks : it % row_blocks);
-        const int tb = (int)(a->rows_outer ? it % time_blocks : it / row_blocks);
-        const int m0 = rb * CRB, t0 = tb * CTB;
-        const int tv = a->T - t0 < CTB ? a->T - t0 : CTB;
-        const float *w = a->w + (size_t)(m0 / MR) * a->J * MR + m0 % MR;
-        vf acc[CRB][CTV];
-        for (int r = 0; r < CRB; r++) {
-            vf b = a->bias ? v_bcast(a->bias + m0 + r) : v_zero();
-            for (int v = 0; v < CTV; v++) acc[r][v] = b;
+        const int q = (int)(a->rows_outer ? it / time_blocks : it % panels);
+        const int tb = (int)(a->rows_outer ? it % time_blocks : it / panels);
+        const int t0 = tb * CTB, tv = a->T - t0 < CTB ? a->T - t0 : CTB;
+        const int m_end = (q + 1) * MR < a->M ? (q + 1) * MR : a->M;
+        const int blocks = (m_end - q * MR + CRB - 1) / CRB;
+        const float *wq = a->w + (size_t)q * a->J * MR;
+        vf acc[MR / CRB][CRB][CTV];
+        for (int b = 0; b < blocks; b++)
+            for (int r = 0; r < CRB; r++) {
+                const int m = q * MR + b * CRB + r;
+                vf bias = a->bias ? v_bcast(a->bias + m) : v_zero();
+                for (int v = 0; v < CTV; v++) acc[b][r][v] = bias;
+            }
+        for (int j0 = 0; j0 < a->J; j0 += JC) {
+            const int jc = a->J - j0 < JC ? a->J - j0 : JC;
+            for (int b = 0; b < blocks; b++)
+                conv_tile(jc, wq + (size_t)j0 * MR + b * CRB, a->off + j0, a->x + t0, acc[b]);
         }
-        conv_tile(a->J, w, a->off, a->x + t0, acc);
-        for (int r = 0; r < CRB && m0 + r < a->M; r++)
-            store_time(&a->out, a->epi, m0 + r, t0, tv, acc[r]);
+        for (int b = 0; b < blocks; b++) {
+            const int m0 = q * MR + b * CRB;
+            for (int r = 0; r < CRB && m0 + r < a->M; r++)
+                store_time(&a->out, a->epi, m0 + r, t0, tv, acc[b][r]);
+        }
     }
 }
 
