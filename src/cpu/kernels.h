@@ -96,8 +96,9 @@ struct mimi_kernels {
     // One attention head of n_q queries (query s at q + s * ldq, hd floats) over the n cache
     // entries listed in idx (key i at keys[idx[i] * ld], value likewise), query s seeing entry i
     // when vis[s * n + i] != 0: out row s (at out + s * ldo) = softmax(q_s . k_i * scale) . v_i
-    // over its visible entries, summed in list order. Each key and value is read once for all
-    // queries. scores: (n_q, n) scratch.
+    // over its visible entries, summed in list order; the same bits for a query whatever the
+    // others (a head of 64 reads the keys and values once per query, from cache after the
+    // first; other sizes once for all queries). scores: (n_q, n) scratch.
     void (*attend)(const float *q, ptrdiff_t ldq, int n_q, const float *keys, const float *values,
                    ptrdiff_t ld, const int *idx, const unsigned char *vis, int n, int hd,
                    float scale, float *scores, float *out, ptrdiff_t ldo);
