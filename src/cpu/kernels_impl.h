@@ -479,9 +479,8 @@ static void KSUF(layer_norm)(const float *x, float *y, int rows, int d, const fl
 #define MAX_QUERIES 16  // queries served per pass over the keys
 
 // Dot products of a query (AH floats, in the AV vectors qv) with keys idx[i0 .. i0 + nk - 1]
-// (nk <= 4),
-// each accumulated over its vectors in order and then summed across lanes by v_hsum, as the
-// general loop below does; the four chains run side by side.
+// (nk <= 4), each accumulated over its vectors in order and then summed across lanes by v_hsum,
+// as the general loop below does; the four chains run side by side.
 #define AH 64
 #define AV (AH / SIMD_W)
 #if defined(__clang__)
