@@ -79,7 +79,7 @@ struct mimi_kernels {
     // matrix kernels over work items [begin, end): a gemm's items are (panel of mr rows, block
     // of gemm_cols columns), panel-major; a conv's are (panel of mr rows, block of conv_steps
     // steps), ordered as a->rows_outer says
-    int gemm_cols, conv_rows, conv_steps;
+    int gemm_cols, conv_steps;
     void (*gemm)(const struct mimi_gemm_args *a, long begin, long end);
     void (*conv)(const struct mimi_conv_args *a, long begin, long end);
 

@@ -626,7 +626,6 @@ const struct mimi_kernels KTABLE(KSUF_NAME) = {
     .width = SIMD_W,
     .mr = MR,
     .gemm_cols = NCB,
-    .conv_rows = CRB,
     .conv_steps = CTB,
     .gemm = KSUF(gemm),
     .conv = KSUF(conv),

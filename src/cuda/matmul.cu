@@ -56,10 +56,10 @@ static __device__ __forceinline__ float4 x4(const struct xsrc &x, int s, int p) 
 // costs one memory round trip however few rows there are. The mean and biased variance are
 // accumulated in double (warps, then the block's warps in order) and every f32 step is rounded
 // separately, as norm.cu does.
-static __device__ double block_sum(double v, double (*red)[SKINNY_MAX], int s) {
+// red[warp][s] = the warp's sum of v (the caller syncs before reading it).
+static __device__ void warp_sum(double v, double (*red)[SKINNY_MAX], int s) {
     for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     if (threadIdx.x % 32 == 0) red[threadIdx.x / 32][s] = v;
-    return v;
 }
 
 static __device__ void ln_prologue(const struct skinny &a, float *hs) {
@@ -75,7 +75,7 @@ static __device__ void ln_prologue(const struct skinny &a, float *hs) {
             hs[(size_t)s * K + i] = v;
             sum += v;
         }
-        block_sum(sum, sums, s);
+        warp_sum(sum, sums, s);
     }
     __syncthreads();
     for (int s = 0; s < S; s++) {
@@ -87,7 +87,7 @@ static __device__ void ln_prologue(const struct skinny &a, float *hs) {
             const double d = (double)hs[(size_t)s * K + i] - m;
             q += d * d;
         }
-        block_sum(q, squares, s);
+        warp_sum(q, squares, s);
         if (t == 0) mean[s] = (float)m;
     }
     __syncthreads();
