@@ -29,6 +29,7 @@ template <typename T> struct ring4;
 template <> struct ring4<float> {
     typedef float4 unit;
     static __device__ __forceinline__ float4 get(float4 v) { return v; }
+    static __device__ __forceinline__ float4 zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 };
 template <> struct ring4<__nv_bfloat16> {
     typedef uint2 unit;
@@ -36,6 +37,7 @@ template <> struct ring4<__nv_bfloat16> {
         return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
                            __uint_as_float(v.y & 0xffff0000u));
     }
+    static __device__ __forceinline__ uint2 zero() { return make_uint2(0u, 0u); }
 };
 
 // ---- positions ----
@@ -243,12 +245,50 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 
 // ---- attention, one pass (head_dim 64: every Mimi and Pocket transformer) ----
 
+// One round of the one-pass kernel: four keys (kv, with positions pk, -1 for none) and their
+// value rows (vv) folded into each step's running maximum m, sum l and weighted sum acc. Step s
+// of the block has position pos + s.
+template <int MAXS>
+static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], const float4 (&kv)[4],
+                                                     const float4 (&vv)[4], const int32_t (&pk)[4], int steps,
+                                                     int32_t pos, int context, float scale, float4 (&acc)[MAXS],
+                                                     float (&m)[MAXS], float (&l)[MAXS]) {
+#pragma unroll
+    for (int s = 0; s < MAXS; s++) {
+        if (s >= steps) break;
+        float sc[4], mx = m[s];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float dot = q[s].x * kv[u].x + q[s].y * kv[u].y + q[s].z * kv[u].z + q[s].w * kv[u].w;
+#pragma unroll
+            for (int off = 8; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            const int32_t age = pos + s - pk[u];
+            sc[u] = pk[u] >= 0 && age >= 0 && age < context ? dot * scale : -INFINITY;
+            mx = fmaxf(mx, sc[u]);
+        }
+        // nothing visible yet in this half: no change (selects, no branch around the shuffles)
+        const bool any = mx != -INFINITY;
+        const float c = any ? expf(m[s] - mx) : 1.0f;
+        float4 ac = make_float4(acc[s].x * c, acc[s].y * c, acc[s].z * c, acc[s].w * c);
+        float ls = l[s] * c;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float p = any ? expf(sc[u] - mx) : 0.0f;
+            ls += p;
+            ac.x += p * vv[u].x, ac.y += p * vv[u].y, ac.z += p * vv[u].z, ac.w += p * vv[u].w;
+        }
+        acc[s] = ac;
+        l[s] = ls;
+        m[s] = mx;
+    }
+}
+
 #define ATTF_WARPS 8
 // Blocks each SM must hold (0: no bound): with bfloat16 rings and two query steps per block,
 // four (64 registers) instead of the three that 80 registers allow; at 2048 streams this took
 // that attention from 3.76 to 3.44 ms per step. f32 rings, bound by bandwidth, lost 2-4% with
-// four and keep the compiler's choice.
-#define ATTF_MIN_BLOCKS(MAXS, T) ((MAXS) == 2 && sizeof(T) == 2 ? 4 : 0)
+// four and keep the compiler's choice. The pipelined variant (PIPE, small steps) is unbounded.
+#define ATTF_MIN_BLOCKS(MAXS, T, PIPE) ((MAXS) == 2 && sizeof(T) == 2 && !(PIPE) ? 4 : 0)
 #define ATTF_HD GPU_ATT_ONEPASS_HD
 
 // One block per (row, head), ATTF_WARPS warps each owning a contiguous share of the ring. A warp
@@ -256,9 +296,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 // same two value rows, four pairs per round so that 8 loads per lane are in flight, and keeps a
 // running maximum, sum and weighted value sum per step (the online softmax). Halves and warps are
 // then merged in a fixed order. Keys and values are read once, in one pass; the result differs
-// from the two-pass kernel above only in rounding. T: the rings' element type.
-template <int MAXS, typename T>
-static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, T)) attention_onepass_kernel(const struct op_attention a) {
+// from the two-pass kernel above only in rounding. T: the rings' element type. With PIPE a warp
+// issues the next round's loads before this round's arithmetic (more registers, fewer blocks
+// per SM): same results, for steps whose few blocks wait on memory latency.
+template <int MAXS, typename T, bool PIPE>
+static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, T, PIPE)) attention_onepass_kernel(const struct op_attention a) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
     __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
@@ -306,45 +348,28 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, 
     }
     const int share = (ring + ATTF_WARPS - 1) / ATTF_WARPS;
     const int j_begin = warp * share, j_end = min(ring, j_begin + share);
-    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
-        float4 kv[4], vv[4];
-        int32_t pk[4];
+    // a round: keys j0 + 2u + half (u < 4), their value rows and positions (-1 past the share)
+    unit kr[4], vr[4];
+    int32_t pr[4];
+    auto load = [&](int j0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int j = j0 + 2 * u + half;
             const bool in = j < j_end;
-            kv[u] = in ? ring4<T>::get(keys[(size_t)j * d4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            vv[u] = in ? ring4<T>::get(values[(size_t)j * d4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            pk[u] = in ? positions[j] : -1;
+            kr[u] = in ? keys[(size_t)j * d4] : ring4<T>::zero();
+            vr[u] = in ? values[(size_t)j * d4] : ring4<T>::zero();
+            pr[u] = in ? positions[j] : -1;
         }
+    };
+    if (PIPE) load(j_begin);
+    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
+        if (!PIPE) load(j0);
+        float4 kv[4], vv[4];
+        int32_t pk[4];
 #pragma unroll
-        for (int s = 0; s < MAXS; s++) {
-            if (s >= steps) break;
-            float sc[4], mx = m[s];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                float dot = q[s].x * kv[u].x + q[s].y * kv[u].y + q[s].z * kv[u].z + q[s].w * kv[u].w;
-#pragma unroll
-                for (int off = 8; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                const int32_t age = pos0 + s0 + s - pk[u];
-                sc[u] = pk[u] >= 0 && age >= 0 && age < a.context ? dot * scale : -INFINITY;
-                mx = fmaxf(mx, sc[u]);
-            }
-            // nothing visible yet in this half: no change (selects, no branch around the shuffles)
-            const bool any = mx != -INFINITY;
-            const float c = any ? expf(m[s] - mx) : 1.0f;
-            float4 ac = make_float4(acc[s].x * c, acc[s].y * c, acc[s].z * c, acc[s].w * c);
-            float ls = l[s] * c;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const float p = any ? expf(sc[u] - mx) : 0.0f;
-                ls += p;
-                ac.x += p * vv[u].x, ac.y += p * vv[u].y, ac.z += p * vv[u].z, ac.w += p * vv[u].w;
-            }
-            acc[s] = ac;
-            l[s] = ls;
-            m[s] = mx;
-        }
+        for (int u = 0; u < 4; u++) kv[u] = ring4<T>::get(kr[u]), vv[u] = ring4<T>::get(vr[u]), pk[u] = pr[u];
+        if (PIPE && j0 + 8 < j_end) load(j0 + 8);  // in flight during this round's arithmetic
+        onepass_round<MAXS>(q, kv, vv, pk, steps, pos0 + s0, a.context, scale, acc, m, l);
     }
     // merge the two halves of the warp, then the warps through shared memory
 #pragma unroll
@@ -416,10 +441,15 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
             if (rc) return rc;
             b.rope = 0;
         }
-        if (a->kv_bf16 && per == 2) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else if (a->kv_bf16) pdl_launch(attention_onepass_kernel<4, __nv_bfloat16>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else if (per == 2) pdl_launch(attention_onepass_kernel<2, float>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else pdl_launch(attention_onepass_kernel<4, float>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        // small steps wait on memory latency: pipelined (one stream 0.550 -> 0.543 ms encode);
+        // at 2048 streams the pipelined f32 kernel (116 registers, 2 blocks per SM) lost 9%
+        const bool pipe = a->R <= GPU_SKINNY_MAX;
+        if (a->kv_bf16 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, true>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else if (a->kv_bf16 && per == 2) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else if (a->kv_bf16) pdl_launch(attention_onepass_kernel<4, __nv_bfloat16, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else if (per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, float, true>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else if (per == 2) pdl_launch(attention_onepass_kernel<2, float, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        else pdl_launch(attention_onepass_kernel<4, float, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
         return launch_status(ex, "attention");
     }
     if (a->kv_bf16) {

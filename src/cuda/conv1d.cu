@@ -232,39 +232,41 @@ extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
 
 // ---- carry ----
 
-// One thread per (channel, row) walks the history in ascending order: column j reads column
-// T + j of [hist | f(x)], which is never one it already overwrote (the overlap lesson of the
-// design notes: one thread per element would race when H > T).
-static __global__ void carry_kernel(const struct op_im2col a) {
+// Block (r, g) carries channels [g*cpb, (g+1)*cpb) of row r: a contiguous run of its slot's
+// history (c_in, H), written in order. Element e = (i, j) takes column T + j of [hist | f(x)]:
+// either f(x) or the old history's element e + T of the same channel, which no earlier pass of
+// the loop wrote (they write elements below e) and no other block touches. Each pass reads all
+// its elements before any thread writes (the overlap lesson of the design notes: with H > T a
+// thread per element would race).
+#define CARRY_THREADS 256
+#define CARRY_PER 4
+static __global__ void __launch_bounds__(CARRY_THREADS) carry_kernel(const struct op_im2col a, int cpb) {
     pdl_begin();
-    FOR_EACH(idx, (size_t)a.c_in * a.R) {
-        int i = (int)(idx / a.R), r = (int)(idx - (size_t)i * a.R);
-        int slot = a.row_slot[r];
-        if (slot < 0) continue;
-        float *h = (float *)a.hist + (size_t)slot * a.slot_stride + (size_t)i * a.H;
-        for (int j = 0; j < a.H; j++) h[j] = xin(a, i, r, a.T + j);
-    }
-}
-
-// When H <= T every new history column comes from f(x) alone (column T + j >= H), so the
-// columns are independent: a thread per (channel, row, column).
-static __global__ void carry_wide_kernel(const struct op_im2col a) {
-    pdl_begin();
-    FOR_EACH(idx, (size_t)a.c_in * a.R * a.H) {
-        const int j = (int)(idx % a.H);
-        const size_t ir = idx / a.H;
-        const int i = (int)(ir / a.R), r = (int)(ir - (size_t)i * a.R);
-        const int slot = a.row_slot[r];
-        if (slot >= 0) ((float *)a.hist)[(size_t)slot * a.slot_stride + (size_t)i * a.H + j] = xin(a, i, r, a.T + j);
+    const int r = blockIdx.x, slot = a.row_slot[r];
+    if (slot < 0) return;
+    const int i0 = blockIdx.y * cpb, e_end = min(a.c_in - i0, cpb) * a.H;
+    float *h = (float *)a.hist + (size_t)slot * a.slot_stride + (size_t)i0 * a.H;
+    for (int e0 = 0; e0 < e_end; e0 += CARRY_THREADS * CARRY_PER) {
+        float v[CARRY_PER];
+#pragma unroll
+        for (int u = 0; u < CARRY_PER; u++) {
+            const int e = e0 + u * CARRY_THREADS + threadIdx.x, i = e / a.H;
+            if (e < e_end) v[u] = xin(a, i0 + i, r, a.T + e - i * a.H);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < CARRY_PER; u++) {
+            const int e = e0 + u * CARRY_THREADS + threadIdx.x;
+            if (e < e_end) h[e] = v[u];
+        }
+        __syncthreads();
     }
 }
 
 static int launch_carry(const struct op_im2col *a, struct gpu_exec *ex) {
-    if (a->H <= a->T) {
-        pdl_launch(carry_wide_kernel, grid_for((size_t)a->c_in * a->R * a->H, 256), 256, 0, ex, *a);
-        return launch_status(ex, "carry");
-    }
-    pdl_launch(carry_kernel, grid_for((size_t)a->c_in * a->R, 128), 128, 0, ex, *a);
+    if (a->H <= 0) return 0;
+    const int cpb = a->H >= CARRY_THREADS * CARRY_PER ? 1 : CARRY_THREADS * CARRY_PER / a->H;  // one pass per block
+    pdl_launch(carry_kernel, dim3(a->R, (a->c_in + cpb - 1) / cpb), CARRY_THREADS, 0, ex, *a, cpb);
     return launch_status(ex, "carry");
 }
 
