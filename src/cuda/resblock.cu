@@ -18,6 +18,8 @@
 #define RB_BATCH 27  // window loads in flight per thread
 #define RB_TILE (32 * RB_COLS)
 #define RB_WIN (RB_TILE + GPU_RESBLOCK_K - 1)
+// Blocks per SM: shared memory holds 5 windows; the bound keeps registers within that (96).
+#define RB_MIN_BLOCKS 5
 
 // The RB_OUTS floats at p (16-byte aligned), through the read-only path.
 static __device__ __forceinline__ void load_w(const float *p, float w[RB_OUTS]) {
@@ -38,7 +40,7 @@ static __device__ __forceinline__ void outer(float acc[RB_OUTS][RB_COLS], const 
 }
 
 template <int C>
-static __global__ void __launch_bounds__(32 * (C / 2 / RB_OUTS)) resblock_kernel(const struct op_resblock a) {
+static __global__ void __launch_bounds__(32 * (C / 2 / RB_OUTS), RB_MIN_BLOCKS) resblock_kernel(const struct op_resblock a) {
     constexpr int HID = C / 2, THREADS = 32 * (HID / RB_OUTS), K = GPU_RESBLOCK_K;
     pdl_begin();
     extern __shared__ float xs[];  // (C, RB_WIN): xin over the tile's window; then h (HID, RB_TILE)
@@ -72,6 +74,7 @@ static __global__ void __launch_bounds__(32 * (C / 2 / RB_OUTS)) resblock_kernel
 
     // h = elu(b1 + W1 . window) for this warp's outputs and this lane's columns
     float acc[RB_OUTS][RB_COLS] = {}, w[RB_OUTS], v[RB_COLS];
+#pragma unroll 2  // two channels' loads in flight together: 3.41 -> 3.30 ms at 2048 rows
     for (int i = 0; i < C; i++) {
 #pragma unroll
         for (int k = 0; k < K; k++) {
@@ -97,6 +100,7 @@ static __global__ void __launch_bounds__(32 * (C / 2 / RB_OUTS)) resblock_kernel
         for (int o = 0; o < RB_OUTS; o++)
 #pragma unroll
             for (int c = 0; c < RB_COLS; c++) acc[o][c] = 0.0f;
+#pragma unroll 2
         for (int j = 0; j < HID; j++) {
             load_w(a.w2t + (size_t)j * C + o0, w);
 #pragma unroll
