@@ -3,7 +3,7 @@
  * src/nn/seanet.c): the k3 conv's input window is staged once per block with its ELU, the hidden
  * activations stay in shared memory, and the 1x1 conv adds the residual as it stores. It stands
  * in for im2col, two products and an ELU pass on the top SEANet level of large steps (64 channels
- * over 1920 steps per frame): 3.4 ms against 4.4 ms for 2048 rows on an H200. At 128 channels
+ * over 1920 steps per frame): 3.0 ms against 4.4 ms for 2048 rows on an H200. At 128 channels
  * and 480 steps it lost to them (3.0 against 2.5 ms), so it takes 64 channels only.
  *
  * A block takes RB_TILE columns of one row and every channel; warp w computes the hidden outputs
@@ -14,12 +14,14 @@
 #include "cuda/common.cuh"
 
 #define RB_OUTS 8    // outputs per warp and pass (a multiple of 4)
-#define RB_COLS 5    // columns per lane
-#define RB_BATCH 27  // window loads in flight per thread
+#define RB_COLS 4    // columns per lane
+#define RB_BATCH 13  // window loads in flight per thread
 #define RB_TILE (32 * RB_COLS)
 #define RB_WIN (RB_TILE + GPU_RESBLOCK_K - 1)
-// Blocks per SM: shared memory holds 5 windows; the bound keeps registers within that (96).
-#define RB_MIN_BLOCKS 5
+// Blocks per SM: shared memory holds 6 windows of 130 columns; the bound keeps registers within
+// that (80). At 2048 rows: 160-column tiles, 27 loads in flight and 5 blocks took 3.25 ms; 96
+// columns and 8 blocks 3.02; this 3.01.
+#define RB_MIN_BLOCKS 6
 
 // The RB_OUTS floats at p (16-byte aligned), through the read-only path.
 static __device__ __forceinline__ void load_w(const float *p, float w[RB_OUTS]) {
@@ -50,8 +52,8 @@ static __global__ void __launch_bounds__(32 * (C / 2 / RB_OUTS), RB_MIN_BLOCKS) 
     const int lane = threadIdx.x & 31, j0 = (threadIdx.x >> 5) * RB_OUTS;
     // the window: xin(i, r, t0 + u) for u < RB_WIN, zeros past the row's end. Each thread has
     // RB_BATCH loads of x in flight before it applies the ELU (with fewer the kernel waited on
-    // them: 5.0 ms at 9, 6.0 ms at 1, 3.4 ms at 27 for 2048 rows); the history's H columns
-    // (first tile only) are filled apart.
+    // them: in 160-column tiles 5.0 ms at 9, 6.0 ms at 1, 3.4 ms at 27 for 2048 rows); the
+    // history's H columns (first tile only) are filled apart.
     static_assert(C * RB_WIN % (THREADS * RB_BATCH) == 0, "the window splits evenly");
     const int H = in.H;
 #pragma unroll 1
