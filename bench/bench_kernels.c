@@ -40,6 +40,10 @@ static void run_conv(void *ctx) {
     mimi_cpu_conv(c->cpu, &c->a);
 }
 
+// Copies of a case's weights (`bytes` each) enough to exceed the last-level cache many times
+// over, used in turn: every call streams its weights from memory, as a frame does.
+static int weight_copies(size_t bytes) { return (int)((256u << 20) / bytes) + 1; }
+
 // Mean seconds of a call, over at least 21 calls that take the `copies` cases (each `size`
 // bytes, with its own copy of the weights) in turn, so that every call reads its weights from
 // memory as a frame does.
@@ -98,10 +102,8 @@ int main(int argc, char **argv) {
         if (only && !strstr(gemms[i].name, only)) continue;
         const int M = gemms[i].M, N = gemms[i].N, K = gemms[i].K;
         float *x = randoms((size_t)N * K), *y = randoms((size_t)M * N);
-        // enough copies of the weights to exceed the last-level cache many times over, used in
-        // turn: every call streams its weights from memory, as a frame does
         const size_t bytes_one = (size_t)M * K * (bf16 ? 2 : 4);
-        const int copies = (int)((256u << 20) / bytes_one) + 1;
+        const int copies = weight_copies(bytes_one);
         struct gemm_case *g = malloc(sizeof *g * copies);
         float *w = randoms((size_t)M * K);
         for (int c = 0; c < copies; c++) {
@@ -150,7 +152,7 @@ int main(int argc, char **argv) {
         for (int c = 0; c < ci; c++)
             for (int k = 0; k < K; k++) off[c * K + k] = (c * S + k % S) * Lp + k / S;
         // as for the products: weights from memory, as a frame has them (the input stays hot)
-        const int copies = (int)((256u << 20) / (sizeof(float) * co * J)) + 1;
+        const int copies = weight_copies(sizeof(float) * co * J);
         struct conv_case *c = malloc(sizeof *c * copies);
         for (int k = 0; k < copies; k++) {
             struct mimi_packed *p = mimi_pack_matrix(&cpu, w, co, J, (size_t)J, NULL, 0, 0);

@@ -513,7 +513,7 @@ static void attend_block(const float *q, ptrdiff_t ldq, int n_q, const float *ke
                          float *out, ptrdiff_t ldo) {
     const int hv = hd - hd % SIMD_W;
     float max[MAX_QUERIES], sum[MAX_QUERIES];
-    for (int s = 0; s < n_q; s++) max[s] = -INFINITY, sum[s] = 0.0f;
+    for (int s = 0; s < n_q; s++) max[s] = -INFINITY;
     if (hd == AH) {
         // a query at a time, held in registers, against four keys at a time
         for (int s = 0; s < n_q; s++) {
