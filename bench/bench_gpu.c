@@ -3,13 +3,15 @@
  * concurrent real-time streams (the largest batch whose encode + decode step stays under 80 ms
  * at p99), throughput in multiples of real time, each in strict (f32), fast (TF32) and fast with
  * bfloat16 KV rings, with ratios to the floors and to the reference implementation's figures, a per-op
- * profile and the fast modes' fidelity against strict. Not part of the library; bench_stream.c
+ * profile, the fast modes' fidelity against strict, and whole-signal throughput of one file and of
+ * many files in one call (the reference's offline figure is 16 clips of 60 s). Not part of the library; bench_stream.c
  * is the CPU's.
  *
  * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N]
  *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--warm N] [--ops]
  *                                            (only the per-op profile of B streams; --ops lists
  *                                            every op of the step in plan order)
+ *        mimi-bench-gpu [--model PATH] [--modes ...] --offline  (only the many-files figures)
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -42,6 +44,8 @@
 #define TARGET_STREAMS_FAST 10000
 #define REF_OFFLINE_ENC 3990.0
 #define REF_OFFLINE_DEC 3700.0
+#define TARGET_OFFLINE_STRICT 6000.0
+#define TARGET_OFFLINE_FAST 20000.0
 
 static double now(void) {
     struct timespec ts;
@@ -240,6 +244,49 @@ static void whole_file(struct mimi_model *m, int seconds) {
                best_e, seconds * 1e3 / best_e, best_d, seconds * 1e3 / best_d);
     else printf("  one %d s file, whole-signal: failed\n", seconds);
     free(pcm), free(out), free(codes);
+}
+
+// ---- many files, whole-signal ----
+
+// mimi_encode_offline_many / mimi_decode_offline_many of `clips` signals of `seconds` each (the
+// reference's offline figure is 16 clips of 60 s); the time of the whole call, batch creation
+// included; best of three after a first call.
+static void many_files(struct mimi_model *m, int clips, int seconds, double target) {
+    const int64_t frames = (int64_t)seconds * 25 / 2, n = frames * 1920;
+    const float **pcm = calloc((size_t)clips, sizeof *pcm);
+    float **out = calloc((size_t)clips, sizeof *out);
+    int32_t **codes = calloc((size_t)clips, sizeof *codes);
+    int64_t *lens = calloc((size_t)clips, sizeof *lens), *nf = calloc((size_t)clips, sizeof *nf);
+    int64_t *max_codes = calloc((size_t)clips, sizeof *max_codes);
+    int ok = pcm && out && codes && lens && nf && max_codes;
+    for (int c = 0; ok && c < clips; c++) {
+        float *x = malloc(sizeof(float) * (size_t)n);
+        out[c] = malloc(sizeof(float) * (size_t)n);
+        codes[c] = malloc(sizeof(int32_t) * 8 * (size_t)frames);
+        ok = x && out[c] && codes[c];
+        for (int64_t f = 0; ok && f < frames; f++) fill_audio(x + f * 1920, c, (int)f, 1920);
+        pcm[c] = x, lens[c] = n, nf[c] = frames, max_codes[c] = 8 * frames;
+    }
+    double best_e = 1e30, best_d = 1e30;
+    for (int k = 0; ok && k < 4; k++) {
+        double t0 = 1e3 * now();
+        if (mimi_encode_offline_many(m, NULL, clips, pcm, lens, codes, max_codes) != MIMI_OK) break;
+        double t1 = 1e3 * now();
+        if (mimi_decode_offline_many(m, NULL, clips, (const int32_t *const *)codes, nf, out, lens) != MIMI_OK) break;
+        double t2 = 1e3 * now();
+        if (k && t1 - t0 < best_e) best_e = t1 - t0;
+        if (k && t2 - t1 < best_d) best_d = t2 - t1;
+    }
+    const double audio_ms = 1e3 * clips * seconds;
+    if (best_e < 1e30)
+        printf("  %d files of %d s in one call (offline many): encode %.0f ms (%.0fx real time; reference %.0fx: %.1fx; "
+               "target %.0fx), decode %.0f ms (%.0fx; reference %.0fx: %.1fx); %.1f / %.1f TFLOP/s\n", clips, seconds,
+               best_e, audio_ms / best_e, REF_OFFLINE_ENC, audio_ms / best_e / REF_OFFLINE_ENC, target, best_d,
+               audio_ms / best_d, REF_OFFLINE_DEC, audio_ms / best_d / REF_OFFLINE_DEC,
+               clips * frames * 2 * 221.2e6 / (1e-3 * best_e) * 1e-12, clips * frames * 2 * 219.7e6 / (1e-3 * best_d) * 1e-12);
+    else printf("  %d files of %d s in one call (offline many): failed\n", clips, seconds);
+    for (int c = 0; c < clips && pcm; c++) free((void *)pcm[c]), free(out ? out[c] : NULL), free(codes ? codes[c] : NULL);
+    free(pcm), free(out), free(codes), free(lens), free(nf), free(max_codes);
 }
 
 // ---- profile ----
@@ -454,13 +501,16 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
            best_dec_x / REF_OFFLINE_DEC);
     whole_file(m, 20);
     whole_file(m, 300);
+    const double offline_target = strcmp(mode, "strict (f32)") ? TARGET_OFFLINE_FAST : TARGET_OFFLINE_STRICT;
+    many_files(m, 16, 60, offline_target);
+    many_files(m, 64, 60, offline_target);
     profile(m, 1);
     if (!quick) profile(m, 1024);
 }
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int quick = 0, max_streams = 1 << 20, profile_only = 0, modes = 7;  // bit i: enum mimi_precision i
+    int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, modes = 7;  // bit i: enum mimi_precision i
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -468,6 +518,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--max-streams") && i + 1 < argc) max_streams = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warm") && i + 1 < argc) warm_steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ops")) print_ops = 1;
+        else if (!strcmp(argv[i], "--offline")) offline_only = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) host_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             const char *list = argv[++i];
@@ -481,7 +532,7 @@ int main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N] "
-                            "[--profile B [--warm N] [--ops]] | --write-model PATH\n", argv[0]);
+                            "[--profile B [--warm N] [--ops]] [--offline] | --write-model PATH\n", argv[0]);
             return 2;
         }
     }
@@ -511,11 +562,16 @@ int main(int argc, char **argv) {
         if (profile_only > 0) {
             printf("\n== %s ==\n", names[i]);
             profile(models[i], profile_only);
+        } else if (offline_only) {
+            printf("\n== %s ==\n", names[i]);
+            const double target = i == MIMI_PRECISION_STRICT ? TARGET_OFFLINE_STRICT : TARGET_OFFLINE_FAST;
+            many_files(models[i], 16, 60, target);
+            many_files(models[i], 64, 60, target);
         } else if (i != MIMI_PRECISION_STRICT) {
             fidelity(models[MIMI_PRECISION_STRICT], models[i], names[i], quick ? 20 : 100);
         }
     }
-    for (int i = 0; i < 3 && !profile_only; i++)
+    for (int i = 0; i < 3 && !profile_only && !offline_only; i++)
         if (modes & (1 << i)) run_mode(models[i], names[i], quick, max_streams);
     for (int i = 0; i < 3; i++) mimi_model_destroy(models[i]);
     return 0;

@@ -577,6 +577,28 @@ MIMI_API int64_t mimi_decode_offline_latent(const struct mimi_model *model,
                                             const float *latents, int64_t n_frames, float *pcm,
                                             int64_t max_samples) MIMI_WARN_UNUSED;
 
+/* Whole-signal encode of many signals in one call: for each i, the codes
+ * mimi_encode_offline(model, params, pcm[i], n_samples[i], codes[i], max_codes[i]) gives
+ * (codes[i] receives n_codebooks * mimi_frames_for_samples(model, n_samples[i]) values,
+ * codebook-major). On a GPU model the signals share each step (up to 32 at a time, each advancing
+ * 64 frames), which is how offline throughput is reached; on the CPU they run one after another.
+ * Every signal is checked before any is encoded; a message names the first bad one ("signal 3:
+ * ..."). params->tap must be NULL (taps are per signal: MIMI_EINVAL otherwise).
+ * Returns MIMI_OK or a negative code, after which no output is to be used. */
+MIMI_API int mimi_encode_offline_many(const struct mimi_model *model,
+                                      const struct mimi_stream_params *params, int n_signals,
+                                      const float *const *pcm, const int64_t *n_samples,
+                                      int32_t *const *codes, const int64_t *max_codes) MIMI_WARN_UNUSED;
+
+/* Whole-signal decode of many signals in one call: for each i, what
+ * mimi_decode_offline(model, params, codes[i], n_frames[i], pcm[i], max_samples[i]) gives, with
+ * the signals sharing each step on a GPU model, as mimi_encode_offline_many. Every code is
+ * checked before anything is decoded. Returns MIMI_OK or a negative code. */
+MIMI_API int mimi_decode_offline_many(const struct mimi_model *model,
+                                      const struct mimi_stream_params *params, int n_signals,
+                                      const int32_t *const *codes, const int64_t *n_frames,
+                                      float *const *pcm, const int64_t *max_samples) MIMI_WARN_UNUSED;
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,17 +25,9 @@ struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m, const stru
 
 void mimi_cuda_batch_free(struct mimi_batch *b) { (void)b; }
 
-int mimi_cuda_offline_encode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                             const float *pcm, int64_t n_samples, int64_t n_frames, int32_t *codes,
-                             float *latents) {
-    (void)m, (void)n_codebooks, (void)tap, (void)tap_user, (void)pcm, (void)n_samples, (void)n_frames;
-    (void)codes, (void)latents;
-    return MIMI_EUNSUPPORTED;
-}
-
-int mimi_cuda_offline_decode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                             const int32_t *codes, const float *latents, int64_t n_frames, float *pcm) {
-    (void)m, (void)n_codebooks, (void)tap, (void)tap_user, (void)codes, (void)latents, (void)n_frames, (void)pcm;
+int mimi_cuda_offline(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap, void *tap_user,
+                      int want_codes, int n, const struct offline_signal *sig) {
+    (void)m, (void)direction, (void)n_codebooks, (void)tap, (void)tap_user, (void)want_codes, (void)n, (void)sig;
     return MIMI_EUNSUPPORTED;
 }
 

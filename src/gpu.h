@@ -32,18 +32,17 @@ void mimi_cuda_model_free(struct mimi_model *m);
 // captured as graphs. Checks on `params` are the caller's. NULL with *err on failure.
 struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
                                           const struct mimi_batch_params *params, int *err);
-// Whole-signal encode and decode on the device (cuda_offline.cu), for mimi_encode_offline and
-// mimi_decode_offline: the arguments and results of mimi_offline_encode / mimi_offline_decode
-// (src/cpu/offline.h), computed with one slot advancing many frames per step. MIMI_OK,
-// MIMI_ENOMEM, MIMI_EUNSUPPORTED or MIMI_EDEVICE (with a message in the log).
-int mimi_cuda_offline_encode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                             const float *pcm, int64_t n_samples, int64_t n_frames, int32_t *codes,
-                             float *latents);
-int mimi_cuda_offline_decode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                             const int32_t *codes, const float *latents, int64_t n_frames, float *pcm);
+// Whole-signal encode or decode of n signals on the device (cuda_offline.cu), for the offline
+// helpers: the signals as src/offline_sched.h describes them, checked by the caller, with codes
+// (want_codes) or latents; taps with n = 1 only. One signal is one slot advancing many frames
+// per step; many share two batches of many slots. MIMI_OK, MIMI_ENOMEM, MIMI_EUNSUPPORTED or
+// MIMI_EDEVICE (with a message in the log).
+struct offline_signal;
+int mimi_cuda_offline(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap, void *tap_user,
+                      int want_codes, int n, const struct offline_signal *sig);
 
-// A one-slot batch whose step advances the slot `frames` frames (inputs and outputs of a step
-// are `frames` frames of one row), for the whole-signal passes.
+// A batch whose step advances each listed slot `frames` frames (inputs and outputs of a step are
+// `frames` frames per row), with one plan of capacity rows, for the whole-signal passes.
 struct mimi_batch *mimi_cuda_offline_create(const struct mimi_model *m, const struct mimi_batch_params *params,
                                             int frames, int *err);
 

@@ -15,6 +15,7 @@
 #include "batch.h"
 #include "cpu/offline.h"
 #include "gpu.h"
+#include "offline_sched.h"
 
 // ---- shared parts ----
 
@@ -303,82 +304,172 @@ static int offline_done(const struct mimi_model *model, const struct mimi_batch 
     return rc;
 }
 
-// Offline encode into codebook-major codes (n_codebooks, n_frames) or latents (frame_dim, n_frames).
-static int64_t encode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
-                              const float *pcm, int64_t n_samples, int want_codes, int32_t *codes,
-                              float *latents, int64_t max_values) {
-    const void *out = want_codes ? (const void *)codes : (const void *)latents;
-    if (!model || !pcm || !out || n_samples <= 0) return MIMI_EINVAL;
+// Puts "signal i: " before the batch's message when a call has several signals.
+static void name_signal(struct mimi_batch *b, int n, int i) {
+    if (n < 2) return;
+    char prefix[24];
+    const size_t k = (size_t)snprintf(prefix, sizeof prefix, "signal %d: ", i), cap = sizeof b->errmsg;
+    size_t len = strlen(b->errmsg);
+    if (k + len >= cap) len = cap - 1 - k;  // the message's end gives way
+    memmove(b->errmsg + k, b->errmsg, len);
+    memcpy(b->errmsg, prefix, k);
+    b->errmsg[k + len] = '\0';
+}
+
+// The checks every offline call of n signals makes before any signal: the codebook count, the
+// model kind, the signal count, and no tap with several signals (taps are per signal).
+static int offline_check(struct mimi_batch *b, const struct mimi_model *model, const struct mimi_stream_params *p,
+                         int direction, int want_codes, int n) {
+    int rc = offline_check_batch(b, model, p, direction);
+    if (rc == MIMI_OK) rc = mimi_batch_check_kind(b, want_codes);
+    if (rc == MIMI_OK && n > 1 && p->tap) {
+        mimi_batch_error(b, "taps are per signal: pass the signals one at a time to use a tap");
+        rc = MIMI_EINVAL;
+    }
+    return rc;
+}
+
+// Offline encode of n signals into codebook-major codes (n_codebooks, n_frames) or latents
+// (frame_dim, n_frames), out[i] holding max_values[i]; every signal is checked before any is
+// encoded. MIMI_OK or a negative code.
+static int encode_signals(const struct mimi_model *model, const struct mimi_stream_params *params, int n,
+                          const float *const *pcm, const int64_t *n_samples, int32_t *const *codes,
+                          float *const *latents, const int64_t *max_values) {
+    const int want_codes = codes != NULL;
+    if (!model || n < 1 || !pcm || !n_samples || (!codes && !latents) || !max_values) return MIMI_EINVAL;
     struct mimi_stream_params p = offline_params(params);
     struct mimi_batch b;
-    int rc = offline_check_batch(&b, model, &p, MIMI_DIRECTION_ENCODE);
-    const int64_t n_frames = mimi_frames_for_samples(model, n_samples);
+    int rc = offline_check(&b, model, &p, MIMI_DIRECTION_ENCODE, want_codes, n);
     const int per_frame = want_codes ? b.n_codebooks : model->frame_dim;
-    if (rc == MIMI_OK) rc = mimi_batch_check_kind(&b, want_codes);
-    if (rc == MIMI_OK && n_frames * per_frame > max_values) rc = MIMI_EBUFFER;
-    if (rc == MIMI_OK) rc = mimi_batch_check_finite(&b, pcm, (size_t)n_samples, "sample");
+    struct offline_signal *sig = rc == MIMI_OK ? (struct offline_signal *)calloc((size_t)n, sizeof *sig) : NULL;
+    if (rc == MIMI_OK && !sig) rc = MIMI_ENOMEM;
+    for (int i = 0; rc == MIMI_OK && i < n; i++) {
+        void *out = want_codes ? (void *)codes[i] : (void *)latents[i];
+        sig[i] = (struct offline_signal){pcm[i], n_samples[i], mimi_frames_for_samples(model, n_samples[i]), out};
+        if (!pcm[i] || !out || n_samples[i] <= 0) {
+            mimi_batch_error(&b, "no samples, or no input or output buffer");
+            rc = MIMI_EINVAL;
+        }
+        if (rc == MIMI_OK && sig[i].n_frames * per_frame > max_values[i]) {
+            mimi_batch_error(&b, "the output holds %lld values, %lld frames need %lld", (long long)max_values[i],
+                             (long long)sig[i].n_frames, (long long)(sig[i].n_frames * per_frame));
+            rc = MIMI_EBUFFER;
+        }
+        if (rc == MIMI_OK) rc = mimi_batch_check_finite(&b, pcm[i], (size_t)n_samples[i], "sample");
+        if (rc) name_signal(&b, n, i);
+    }
     // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
-    if (rc == MIMI_OK)
-        rc = (model->cuda ? mimi_cuda_offline_encode : mimi_offline_encode)(
-            model, b.n_codebooks, p.tap, p.tap_user, pcm, n_samples, n_frames, want_codes ? codes : NULL,
-            want_codes ? NULL : latents);
-    rc = offline_done(model, &b, rc);
-    return rc == MIMI_OK ? n_frames : rc;
+    if (rc == MIMI_OK && model->cuda)
+        rc = mimi_cuda_offline(model, MIMI_DIRECTION_ENCODE, b.n_codebooks, p.tap, p.tap_user, want_codes, n, sig);
+    for (int i = 0; rc == MIMI_OK && !model->cuda && i < n; i++)
+        rc = mimi_offline_encode(model, b.n_codebooks, p.tap, p.tap_user, pcm[i], n_samples[i], sig[i].n_frames,
+                                 want_codes ? codes[i] : NULL, want_codes ? NULL : latents[i]);
+    free(sig);
+    return offline_done(model, &b, rc);
+}
+
+// Offline decode of n signals of codebook-major codes (n_codebooks, n_frames[i]) or latents
+// (frame_dim, n_frames[i]) into pcm[i] (max_samples[i]); every value is checked before anything
+// is decoded. MIMI_OK or a negative code.
+static int decode_signals(const struct mimi_model *model, const struct mimi_stream_params *params, int n,
+                          const int32_t *const *codes_in, const float *const *latents_in, const int64_t *n_frames,
+                          float *const *pcm, const int64_t *max_samples) {
+    const int want_codes = codes_in != NULL;
+    if (!model || n < 1 || (!codes_in && !latents_in) || !n_frames || !pcm || !max_samples) return MIMI_EINVAL;
+    struct mimi_stream_params p = offline_params(params);
+    struct mimi_batch b;
+    int rc = offline_check(&b, model, &p, MIMI_DIRECTION_DECODE, want_codes, n);
+    const int per_frame = want_codes ? b.n_codebooks : model->frame_dim, frame = model->frame_size;
+    struct offline_signal *sig = rc == MIMI_OK ? (struct offline_signal *)calloc((size_t)n, sizeof *sig) : NULL;
+    if (rc == MIMI_OK && !sig) rc = MIMI_ENOMEM;
+    for (int i = 0; rc == MIMI_OK && i < n; i++) {
+        const int64_t nf = n_frames[i];
+        const int32_t *codes = want_codes ? codes_in[i] : NULL;
+        const float *latents = want_codes ? NULL : latents_in[i];
+        const void *in = want_codes ? (const void *)codes : (const void *)latents;
+        sig[i] = (struct offline_signal){in, 0, nf, pcm[i]};
+        if (!in || !pcm[i] || nf <= 0) {
+            mimi_batch_error(&b, "no frames, or no input or output buffer");
+            rc = MIMI_EINVAL;
+        }
+        if (rc == MIMI_OK && nf * frame > max_samples[i]) {
+            mimi_batch_error(&b, "the output holds %lld samples, %lld frames need %lld", (long long)max_samples[i],
+                             (long long)nf, (long long)(nf * frame));
+            rc = MIMI_EBUFFER;
+        }
+        for (int64_t k = 0; rc == MIMI_OK && k < nf * per_frame; k++) {
+            if (want_codes && (codes[k] < 0 || codes[k] >= model->quantizer.bins)) {
+                mimi_batch_error(&b, "code %d at frame %lld, codebook %lld is outside [0, %d)", (int)codes[k],
+                                 (long long)(k % nf), (long long)(k / nf), model->quantizer.bins);
+                rc = MIMI_EINVAL;
+            } else if (!want_codes && !isfinite(latents[k])) {
+                mimi_batch_error(&b, "latent value %lld of frame %lld is NaN or infinite", (long long)(k / nf),
+                                 (long long)(k % nf));
+                rc = MIMI_EINVAL;
+            }
+        }
+        if (rc) name_signal(&b, n, i);
+    }
+    // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
+    if (rc == MIMI_OK && model->cuda)
+        rc = mimi_cuda_offline(model, MIMI_DIRECTION_DECODE, b.n_codebooks, p.tap, p.tap_user, want_codes, n, sig);
+    for (int i = 0; rc == MIMI_OK && !model->cuda && i < n; i++)
+        rc = mimi_offline_decode(model, b.n_codebooks, p.tap, p.tap_user, want_codes ? codes_in[i] : NULL,
+                                 want_codes ? NULL : latents_in[i], n_frames[i], pcm[i]);
+    free(sig);
+    return offline_done(model, &b, rc);
+}
+
+// One signal: the frame count (encode) or sample count (decode), or the negative code.
+static int64_t encode_one(const struct mimi_model *model, const struct mimi_stream_params *params, const float *pcm,
+                          int64_t n_samples, int32_t *codes, float *latents, int64_t max_values) {
+    if (!codes && !latents) return MIMI_EINVAL;
+    int rc = encode_signals(model, params, 1, &pcm, &n_samples, codes ? &codes : NULL, codes ? NULL : &latents,
+                            &max_values);
+    return rc == MIMI_OK ? mimi_frames_for_samples(model, n_samples) : rc;
+}
+
+static int64_t decode_one(const struct mimi_model *model, const struct mimi_stream_params *params,
+                          const int32_t *codes, const float *latents, int64_t n_frames, float *pcm,
+                          int64_t max_samples) {
+    if (!codes && !latents) return MIMI_EINVAL;
+    int rc = decode_signals(model, params, 1, codes ? &codes : NULL, codes ? NULL : &latents, &n_frames, &pcm,
+                            &max_samples);
+    return rc == MIMI_OK ? n_frames * model->frame_size : rc;
 }
 
 int64_t mimi_encode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
                             const float *pcm, int64_t n_samples, int32_t *codes, int64_t max_codes) {
-    return encode_offline(model, params, pcm, n_samples, 1, codes, NULL, max_codes);
+    return encode_one(model, params, pcm, n_samples, codes, NULL, max_codes);
 }
 
 int64_t mimi_encode_offline_latent(const struct mimi_model *model,
                                    const struct mimi_stream_params *params, const float *pcm,
                                    int64_t n_samples, float *latents, int64_t max_values) {
-    return encode_offline(model, params, pcm, n_samples, 0, NULL, latents, max_values);
-}
-
-// Offline decode of codebook-major codes (n_codebooks, n_frames) or latents (frame_dim, n_frames).
-static int64_t decode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
-                              int want_codes, const int32_t *codes, const float *latents,
-                              int64_t n_frames, float *pcm, int64_t max_samples) {
-    const void *in = want_codes ? (const void *)codes : (const void *)latents;
-    if (!model || !in || !pcm || n_frames <= 0) return MIMI_EINVAL;
-    struct mimi_stream_params p = offline_params(params);
-    struct mimi_batch check, *b = &check;
-    int rc = offline_check_batch(b, model, &p, MIMI_DIRECTION_DECODE);
-    const int per_frame = want_codes ? b->n_codebooks : model->frame_dim, frame = model->frame_size;
-    if (rc == MIMI_OK) rc = mimi_batch_check_kind(b, want_codes);
-    if (rc == MIMI_OK && n_frames * frame > max_samples) rc = MIMI_EBUFFER;
-    // every value is checked before anything is decoded
-    for (int64_t i = 0; rc == MIMI_OK && i < n_frames * per_frame; i++) {
-        int bad = want_codes ? codes[i] < 0 || codes[i] >= model->quantizer.bins : !isfinite(latents[i]);
-        if (bad) {
-            if (want_codes)
-                mimi_batch_error(b, "code %d at frame %lld, codebook %lld is outside [0, %d)",
-                                 (int)codes[i], (long long)(i % n_frames), (long long)(i / n_frames),
-                                 model->quantizer.bins);
-            else
-                mimi_batch_error(b, "latent value %lld of frame %lld is NaN or infinite",
-                                 (long long)(i / n_frames), (long long)(i % n_frames));
-            rc = MIMI_EINVAL;
-        }
-    }
-    // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
-    if (rc == MIMI_OK)
-        rc = (model->cuda ? mimi_cuda_offline_decode : mimi_offline_decode)(
-            model, b->n_codebooks, p.tap, p.tap_user, want_codes ? codes : NULL, want_codes ? NULL : latents,
-            n_frames, pcm);
-    rc = offline_done(model, b, rc);
-    return rc == MIMI_OK ? n_frames * frame : rc;
+    return encode_one(model, params, pcm, n_samples, NULL, latents, max_values);
 }
 
 int64_t mimi_decode_offline(const struct mimi_model *model, const struct mimi_stream_params *params,
                             const int32_t *codes, int64_t n_frames, float *pcm, int64_t max_samples) {
-    return decode_offline(model, params, 1, codes, NULL, n_frames, pcm, max_samples);
+    return decode_one(model, params, codes, NULL, n_frames, pcm, max_samples);
 }
 
 int64_t mimi_decode_offline_latent(const struct mimi_model *model,
                                    const struct mimi_stream_params *params, const float *latents,
                                    int64_t n_frames, float *pcm, int64_t max_samples) {
-    return decode_offline(model, params, 0, NULL, latents, n_frames, pcm, max_samples);
+    return decode_one(model, params, NULL, latents, n_frames, pcm, max_samples);
+}
+
+int mimi_encode_offline_many(const struct mimi_model *model, const struct mimi_stream_params *params,
+                             int n_signals, const float *const *pcm, const int64_t *n_samples,
+                             int32_t *const *codes, const int64_t *max_codes) {
+    if (!codes) return MIMI_EINVAL;
+    return encode_signals(model, params, n_signals, pcm, n_samples, codes, NULL, max_codes);
+}
+
+int mimi_decode_offline_many(const struct mimi_model *model, const struct mimi_stream_params *params,
+                             int n_signals, const int32_t *const *codes, const int64_t *n_frames,
+                             float *const *pcm, const int64_t *max_samples) {
+    if (!codes) return MIMI_EINVAL;
+    return decode_signals(model, params, n_signals, codes, NULL, n_frames, pcm, max_samples);
 }

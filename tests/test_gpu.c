@@ -5,7 +5,8 @@
  * Cases: streaming encode and decode, GPU vs CPU (codes, taps, PCM); batch slots stepped in
  * subsets vs lone GPU streams; reset; submit/collect vs synchronous steps; decode from codes in
  * device memory (offset and stride, a bad code that must not advance its slot); the per-op
- * profile; the fast modes' (TF32, TF32 with bf16 KV rings) fidelity, measured and printed.
+ * profile; the fast modes' (TF32, TF32 with bf16 KV rings) fidelity, measured and printed; many
+ * signals in one whole-signal call vs one at a time.
  *
  * usage: test_gpu
  */
@@ -276,6 +277,49 @@ done:
     free(strict_codes), free(codes), free(strict_pcm), free(pcm);
 }
 
+// Many signals in one whole-signal call, more than the two lanes have slots (so slots are reset
+// and reused), of lengths from one sample to the whole clip: each as a one-signal call gives it.
+#define MANY 37
+static void test_offline_many(void) {
+    const float *pcm[MANY];
+    int32_t *codes[MANY];
+    float *out[MANY];
+    int64_t lens[MANY], nf[MANY], max_codes[MANY];
+    for (int i = 0; i < MANY; i++) {
+        // mostly short signals, a few long ones (the step is then 64 frames for every slot)
+        const int64_t frames = i % 9 == 4 ? clip_frames - i / 9 : 1 + i % 6;
+        lens[i] = i == 3 ? 1 : frames * FRAME - (i % 4) * 301;
+        nf[i] = mimi_frames_for_samples(gpu, lens[i]);
+        pcm[i] = clip + (clip_frames - nf[i]) * FRAME * (i % 2);
+        codes[i] = malloc(sizeof(int32_t) * N_Q * nf[i]), out[i] = malloc(sizeof(float) * FRAME * nf[i]);
+        max_codes[i] = N_Q * nf[i];
+    }
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    int64_t out_size[MANY];
+    for (int i = 0; i < MANY; i++) out_size[i] = nf[i] * FRAME;
+    CHECK_EQ(mimi_encode_offline_many(gpu, &sp, MANY, pcm, lens, codes, max_codes), MIMI_OK);
+    CHECK_EQ(mimi_decode_offline_many(gpu, &sp, MANY, (const int32_t *const *)codes, nf, out, out_size), MIMI_OK);
+    int equal = 0, total = 0;
+    double worst = 0;
+    for (int i = 0; i < MANY; i++) {
+        int32_t *one = malloc(sizeof(int32_t) * N_Q * nf[i]);
+        float *one_pcm = malloc(sizeof(float) * FRAME * nf[i]);
+        CHECK_EQ(mimi_encode_offline(gpu, &sp, pcm[i], lens[i], one, max_codes[i]), nf[i]);
+        for (int64_t k = 0; k < N_Q * nf[i]; k++) equal += one[k] == codes[i][k];
+        total += (int)(N_Q * nf[i]);
+        CHECK_EQ(mimi_decode_offline(gpu, &sp, codes[i], nf[i], one_pcm, out_size[i]), out_size[i]);
+        const double e = rel_l2(out[i], one_pcm, (size_t)out_size[i]);
+        if (e > worst) worst = e;
+        free(one), free(one_pcm), free(codes[i]), free(out[i]);
+    }
+    printf("  offline many, %d signals in one call vs one at a time: codes equal %d/%d, worst pcm rel_l2 %.3e\n", MANY,
+           equal, total, worst);
+    CHECK(equal >= total * 995 / 1000);
+    CHECK(worst <= 1e-5);
+}
+
 // Slot s reads the clip from frame 7 s; slot 1 skips step 2, slot 0 skips steps 3 and 4.
 static void test_batch_vs_lone(void) {
     struct mimi_batch *enc, *dec;
@@ -521,6 +565,7 @@ int main(int argc, char **argv) {
     test_batch_vs_lone();
     test_fast_wide();
     test_fast_offline();
+    test_offline_many();
     test_bad_pcm();
     test_async();
     test_profile();

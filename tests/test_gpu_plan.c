@@ -12,6 +12,7 @@
 #include "mimi.h"
 #include "cpu/cpu.h"
 #include "cuda/plan.h"
+#include "offline_sched.h"
 #include "safetensors.h"
 #include "test.h"
 
@@ -631,6 +632,101 @@ static void test_offline_plan(struct mimi_model *model, const struct gpu_weights
     emu_destroy(&dec);
 }
 
+// ---- many signals over lanes of multi-frame batches (src/offline_sched.c) ----
+
+#define SCHED_LANES 2
+#define SCHED_SLOTS 2
+#define SCHED_FRAMES 2
+#define SCHED_SIGNALS 5
+
+// The schedule's callbacks over emulated batches: a step runs at submit, its rows wait for collect.
+struct sched_emu {
+    struct emu_batch lanes[SCHED_LANES];
+    void *out[SCHED_LANES];
+    size_t out_bytes;
+};
+
+static int sched_submit(void *ctx, int lane, int n, const int *slots, const void *in, int valid) {
+    struct sched_emu *x = ctx;
+    (void)valid;
+    emu_step(&x->lanes[lane], n, slots, in, x->out[lane]);
+    return MIMI_OK;
+}
+
+static int sched_collect(void *ctx, int lane, void *out) {
+    struct sched_emu *x = ctx;
+    memcpy(out, x->out[lane], x->out_bytes);
+    return MIMI_OK;
+}
+
+static int sched_reset(void *ctx, int lane, int slot) {
+    const struct emu_batch *e = &((struct sched_emu *)ctx)->lanes[lane];
+    float *state = e->state + (size_t)slot * e->L.slot_elems;
+    memset(state, 0, sizeof(float) * e->L.slot_elems);
+    int32_t *pos = (int32_t *)(state + e->L.st_positions);
+    for (int j = 0; j < e->L.ring; j++) pos[j] = -1;
+    return MIMI_OK;
+}
+
+// Signals of different lengths (partial last frames, one shorter than a frame), more than the
+// lanes have slots, give each what the CPU's one-signal offline helpers give.
+static void test_offline_schedule(struct mimi_model *model, const struct gpu_weights *w, const float *clip) {
+    static const int64_t n_samples[SCHED_SIGNALS] = {3 * 1920 - 500, 1920, 1, 2 * 1920 + 7, 4 * 1920};
+    struct offline_signal enc[SCHED_SIGNALS], dec[SCHED_SIGNALS];
+    int32_t *want[SCHED_SIGNALS], *got[SCHED_SIGNALS];
+    float *pcm_cpu[SCHED_SIGNALS], *pcm_emu[SCHED_SIGNALS];
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    for (int i = 0; i < SCHED_SIGNALS; i++) {
+        const int64_t n = mimi_frames_for_samples(model, n_samples[i]), at = (int64_t)i * 1920 + 300 * i;
+        want[i] = malloc(sizeof(int32_t) * N_Q * n), got[i] = malloc(sizeof(int32_t) * N_Q * n);
+        pcm_cpu[i] = malloc(sizeof(float) * 1920 * n), pcm_emu[i] = malloc(sizeof(float) * 1920 * n);
+        CHECK_EQ(mimi_encode_offline(model, &sp, clip + at, n_samples[i], want[i], N_Q * n), n);
+        CHECK_EQ(mimi_decode_offline(model, &sp, want[i], n, pcm_cpu[i], 1920 * n), 1920 * n);
+        enc[i] = (struct offline_signal){clip + at, n_samples[i], n, got[i]};
+        dec[i] = (struct offline_signal){want[i], 0, n, pcm_emu[i]};
+    }
+    struct offline_lanes d = {SCHED_LANES, SCHED_SLOTS, SCHED_FRAMES, 1, 1920, N_Q,
+                              sched_submit, sched_collect, sched_reset, NULL};
+    static struct sched_emu x;
+    for (int dir = 0; dir < 2; dir++) {
+        d.encode = dir == 0;
+        d.ctx = &x;
+        x.out_bytes = sizeof(float) * SCHED_SLOTS * SCHED_FRAMES * (d.encode ? N_Q : 1920);
+        for (int l = 0; l < SCHED_LANES; l++) {
+            emu_create(&x.lanes[l], model, w, d.encode ? MIMI_DIRECTION_ENCODE : MIMI_DIRECTION_DECODE, SCHED_SLOTS,
+                       MIMI_ATTENTION_WINDOW, SCHED_FRAMES);
+            x.out[l] = malloc(x.out_bytes);
+        }
+        CHECK_EQ(mimi_offline_schedule(&d, SCHED_SIGNALS, d.encode ? enc : dec), MIMI_OK);
+        for (int l = 0; l < SCHED_LANES; l++) {
+            emu_destroy(&x.lanes[l]);
+            free(x.out[l]);
+        }
+    }
+    int equal = 0, total = 0;
+    double worst = 0;
+    for (int i = 0; i < SCHED_SIGNALS; i++) {
+        const int64_t n = enc[i].n_frames;
+        for (int64_t k = 0; k < N_Q * n; k++) equal += got[i][k] == want[i][k];
+        total += (int)(N_Q * n);
+        double num = 0, den = 0;
+        for (int64_t k = 0; k < 1920 * n; k++) {
+            double dl = (double)pcm_emu[i][k] - pcm_cpu[i][k];
+            num += dl * dl;
+            den += (double)pcm_cpu[i][k] * pcm_cpu[i][k];
+        }
+        double rel = sqrt(num / (den > 0 ? den : 1));
+        worst = rel > worst ? rel : worst;
+        free(want[i]), free(got[i]), free(pcm_cpu[i]), free(pcm_emu[i]);
+    }
+    printf("  %d signals over %d lanes of %d slots x %d frames vs CPU offline: codes equal %d/%d, worst decoded pcm "
+           "rel_l2 %.3e\n", SCHED_SIGNALS, SCHED_LANES, SCHED_SLOTS, SCHED_FRAMES, equal, total, worst);
+    CHECK(equal >= total * 995 / 1000);
+    CHECK(worst <= 1e-5);
+}
+
 // ---- bfloat16 attention rings (MIMI_PRECISION_FAST_BF16_KV) ----
 
 #define BF16_FRAMES 12
@@ -709,6 +805,7 @@ int main(int argc, char **argv) {
     emu_create(&enc, model, &w, MIMI_DIRECTION_ENCODE, CAP, MIMI_ATTENTION_RING, 1);
     emu_create(&dec, model, &w, MIMI_DIRECTION_DECODE, CAP, MIMI_ATTENTION_RING, 1);
     test_offline_plan(model, &w, clip);
+    test_offline_schedule(model, &w, clip);
     test_wide_plan(model, &w, clip);
     test_bf16_rings(clip, enc.L.slot_elems);
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",

@@ -4,6 +4,7 @@
  * - any chunking of the input gives the same codes as whole frames (bit for bit);
  * - reset gives the same output as a fresh stream (encoder and decoder);
  * - push + flush equal the offline helper on a clip shorter than 10 s;
+ * - the many-signal offline helpers equal one-signal calls, and name a bad signal;
  * - decoder push equals decoder steps;
  * - out-of-range codes, NaN samples, short buffers, zero-length audio: clear errors, nothing
  *   consumed, the stream still usable.
@@ -217,6 +218,59 @@ static void test_offline_errors(void) {
     CHECK_EQ(mimi_encode_offline(model, &sp, clip, 2 * FRAME, codes, 2 * N_Q), 2);
 }
 
+static void ignore_tap(void *user, const char *name, const float *data, int channels, int steps) {
+    (void)user, (void)name, (void)data, (void)channels, (void)steps;
+}
+
+// The many-signal offline helpers give each signal what the one-signal helpers give (bit for bit
+// on the CPU), and name the signal a refusal is about.
+static void test_offline_many(void) {
+    enum { N = 3 };
+    const int64_t n_samples[N] = {FRAME + FRAME / 2, 3 * FRAME, 1}, n_frames[N] = {2, 3, 1};
+    const float *pcm[N] = {clip, clip + 5000, clip + 20000};
+    static int32_t codes[N][3 * N_Q], one[3 * N_Q];
+    static float out[N][3 * FRAME], one_pcm[3 * FRAME];
+    int32_t *codes_out[N] = {codes[0], codes[1], codes[2]};
+    const int32_t *codes_in[N] = {codes[0], codes[1], codes[2]};
+    float *pcm_out[N] = {out[0], out[1], out[2]};
+    const int64_t max_codes[N] = {3 * N_Q, 3 * N_Q, 3 * N_Q}, max_samples[N] = {3 * FRAME, 3 * FRAME, 3 * FRAME};
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    CHECK_EQ(mimi_encode_offline_many(model, &sp, N, pcm, n_samples, codes_out, max_codes), MIMI_OK);
+    CHECK_EQ(mimi_decode_offline_many(model, &sp, N, codes_in, n_frames, pcm_out, max_samples), MIMI_OK);
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(mimi_encode_offline(model, &sp, pcm[i], n_samples[i], one, 3 * N_Q), n_frames[i]);
+        same &= memcmp(one, codes[i], sizeof(int32_t) * N_Q * n_frames[i]) == 0;
+        CHECK_EQ(mimi_decode_offline(model, &sp, codes[i], n_frames[i], one_pcm, 3 * FRAME), n_frames[i] * FRAME);
+        same &= memcmp(one_pcm, out[i], sizeof(float) * FRAME * n_frames[i]) == 0;
+    }
+    CHECK(same);
+    printf("  offline many: %d signals equal to one-signal calls: %s\n", N, same ? "yes" : "no");
+    // refusals, each naming its signal
+    CHECK_EQ(mimi_encode_offline_many(model, &sp, 0, pcm, n_samples, codes_out, max_codes), MIMI_EINVAL);
+    CHECK_EQ(mimi_encode_offline_many(model, &sp, N, pcm, n_samples, NULL, max_codes), MIMI_EINVAL);
+    static float bad[FRAME];
+    memcpy(bad, clip, sizeof bad);
+    bad[9] = NAN;
+    const float *with_bad[N] = {clip, bad, clip};
+    const int64_t lens[N] = {FRAME, FRAME, FRAME};
+    CHECK_EQ(mimi_encode_offline_many(model, &sp, N, with_bad, lens, codes_out, max_codes), MIMI_EINVAL);
+    CHECK(strstr(last_error, "signal 1: sample value 9 is NaN") != NULL);
+    const int64_t short_out[N] = {3 * N_Q, 3 * N_Q, N_Q};
+    CHECK_EQ(mimi_encode_offline_many(model, &sp, N, pcm, (const int64_t[]){FRAME, FRAME, 2 * FRAME}, codes_out,
+                                      short_out), MIMI_EBUFFER);
+    CHECK(strstr(last_error, "signal 2: the output holds 8 values") != NULL);
+    codes[2][0] = 5000;
+    CHECK_EQ(mimi_decode_offline_many(model, &sp, N, codes_in, n_frames, pcm_out, max_samples), MIMI_EINVAL);
+    CHECK(strstr(last_error, "signal 2: code 5000") != NULL);
+    sp.tap = ignore_tap;
+    CHECK_EQ(mimi_encode_offline_many(model, &sp, N, pcm, n_samples, codes_out, max_codes), MIMI_EINVAL);
+    CHECK(strstr(last_error, "taps are per signal") != NULL);
+    printf("  offline many refusals logged, last: %s\n", last_error);
+}
+
 int main(int argc, char **argv) {
     test_init(argc, argv);
     test_rng_seed(test_seed);
@@ -225,6 +279,7 @@ int main(int argc, char **argv) {
     test_reset();
     test_bad_input();
     test_offline_errors();
+    test_offline_many();
     free(clip);
     mimi_model_destroy(model);
     return test_summary();

@@ -361,19 +361,30 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, 
         m[s] = -INFINITY;
         l[s] = 0.0f;
     }
-    const int share = (ring + ATTF_WARPS - 1) / ATTF_WARPS;
-    const int j_begin = warp * share, j_end = min(ring, j_begin + share);
-    // a round: keys j0 + 2u + half (u < 4), their value rows and positions (-1 past the share)
+    // The ring entries this block reads: entries lo, lo + 1, ... (mod ring), span of them. With
+    // one block per row, the whole ring; with several (long steps: whole-signal passes), only the
+    // context + steps - 1 positions its queries can see, oldest first (each such position's
+    // entry holds it or an older, invisible one; at 64 frames a step that is 253 of 378).
+    int lo = 0, span = ring;
+    if (gridDim.z > 1) {
+        const int32_t oldest = pos0 + s0 - a.context + 1;
+        span = min(ring, a.context + steps - 1);
+        lo = ((oldest % ring) + ring) % ring;
+    }
+    const int share = (span + ATTF_WARPS - 1) / ATTF_WARPS;
+    const int j_begin = warp * share, j_end = min(span, j_begin + share);
+    // a round: keys j0 + 2u + half (u < 4) of the span, their value rows and positions (-1 past
+    // the share)
     unit kr[4], vr[4];
     int32_t pr[4];
     auto load = [&](int j0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int j = j0 + 2 * u + half;
+            const int j = j0 + 2 * u + half, e = lo + j < ring ? lo + j : lo + j - ring;
             const bool in = j < j_end;
-            kr[u] = in ? keys[(size_t)j * d4] : ring4<T>::zero();
-            vr[u] = in ? values[(size_t)j * d4] : ring4<T>::zero();
-            pr[u] = in ? positions[j] : -1;
+            kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
+            vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
+            pr[u] = in ? positions[e] : -1;
         }
     };
     if (PIPE) load(j_begin);

@@ -100,10 +100,11 @@ static int setup_device(struct mimi_batch *b, int precision) {
     return MIMI_OK;
 }
 
-static int build_plans(struct mimi_batch *b) {
+// The plans and graphs of rows R = 1, 2, 4, ..., capacity, or of capacity rows only (`all` 0).
+static int build_plans(struct mimi_batch *b, int all) {
     struct mimi_cuda_batch *gb = b->gpu;
     const struct mimi_cuda_model *cm = b->model->cuda;
-    for (int R = 1;; R *= 2) {
+    for (int R = all ? 1 : b->capacity;; R *= 2) {
         int i = gb->n_buckets, rows = R < b->capacity ? R : b->capacity;
         int rc = gpu_plan_build(&gb->plans[i], &gb->L, b->model, &cm->w, gb->state, gb->scratch, rows);
         if (rc) return rc;
@@ -121,9 +122,10 @@ static int build_plans(struct mimi_batch *b) {
     return MIMI_OK;
 }
 
-// A batch whose step advances each listed slot by `frames` frames.
+// A batch whose step advances each listed slot by `frames` frames; with `all_buckets` 0 it has
+// one plan, of capacity rows, that every step pads to.
 static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_batch_params *params, int frames,
-                                 int *err) {
+                                 int all_buckets, int *err) {
     struct mimi_batch *b = (struct mimi_batch *)calloc(1, sizeof *b);
     int rc = b ? MIMI_OK : MIMI_ENOMEM;
     if (b) {
@@ -146,7 +148,7 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
     }
     if (!rc) b->gpu->tap_frames = frames;
     if (!rc) rc = setup_device(b, m->precision);
-    if (!rc) rc = build_plans(b);
+    if (!rc) rc = build_plans(b, all_buckets);
     if (!rc && b->tap) {
         const struct gpu_layout *L = &b->gpu->L;
         int ch = L->d > L->frame_dim ? L->d : L->frame_dim;
@@ -167,12 +169,12 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
 
 extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
                                                      const struct mimi_batch_params *params, int *err) {
-    return create(m, params, 1, err);
+    return create(m, params, 1, 1, err);
 }
 
 extern "C" struct mimi_batch *mimi_cuda_offline_create(const struct mimi_model *m,
                                                        const struct mimi_batch_params *params, int frames, int *err) {
-    return create(m, params, frames, err);
+    return create(m, params, frames, 0, err);
 }
 
 extern "C" void mimi_cuda_batch_free(struct mimi_batch *b) {

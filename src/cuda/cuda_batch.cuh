@@ -20,7 +20,7 @@ extern "C" {
 struct mimi_cuda_batch {
     int device, n_buckets;
     struct gpu_layout L;
-    struct gpu_plan plans[MAX_BUCKETS];  // by bucket, R = 1, 2, 4, ..., capacity
+    struct gpu_plan plans[MAX_BUCKETS];  // by bucket, R = 1, 2, 4, ..., capacity (offline: capacity)
     cudaGraphExec_t graphs[MAX_BUCKETS];
     float *state, *scratch;   // device: (capacity, slot_elems) and the scratch
     void *workspace;          // cuBLAS workspace (graph capture needs a fixed one)

@@ -1,19 +1,30 @@
 /*
- * cuda_offline.cu - whole-signal encode and decode on the device (gpu.h): one slot of a batch
- * whose step advances it OFFLINE_FRAMES frames at once (plan.c with L.frames > 1: the convs see
- * that many more samples, the transformer that many more positions under the exact window, the
- * quantizer that many latents as rows). The last step is zero-padded: every op is causal, so the
- * padding changes none of the outputs that are kept, and the taps hand over the real frames only.
+ * cuda_offline.cu - whole-signal encode and decode on the device (gpu.h): batches whose step
+ * advances each slot OFFLINE_FRAMES frames at once (plan.c with L.frames > 1: the convs see that
+ * many more samples, the transformer that many more positions under the exact window, the
+ * quantizer that many latents as rows), scheduled by src/offline_sched.c. One signal takes one
+ * slot of one batch (its taps hand over the real frames only); many signals share two batches
+ * ("lanes") of up to OFFLINE_SLOTS slots each, so that the host stages one lane's step while the
+ * device runs the other's.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_batch.cuh"
 
+extern "C" {
+#include "offline_sched.h"
+}
+
 // Frames per step at most, and transformer positions per step at most (Mimi: 64 frames of 2
 // positions; Pocket TTS's Mimi: 8 frames of 16).
 #define OFFLINE_FRAMES 64
 #define OFFLINE_POSITIONS 128
+// Lanes and slots per lane of a many-signal pass: 16 slots of 64 frames make a step of 1024
+// frames per lane, where the products are as efficient as they get; fewer when the device's
+// free memory is short.
+#define OFFLINE_LANES 2
+#define OFFLINE_SLOTS 16
 
 // The most frames per step, up to OFFLINE_FRAMES, OFFLINE_POSITIONS and n_frames, whose attention
 // fits the device's shared memory per block (the two-pass kernel of head sizes other than 64
@@ -31,9 +42,43 @@ static int frames_per_step(const struct mimi_model *m, int64_t n_frames) {
     return F;
 }
 
-// A one-slot batch stepping `frames` frames, its slot open; NULL with *rc on failure.
-static struct mimi_batch *offline_batch(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap,
-                                        void *tap_user, int frames, int *rc) {
+// Slots per lane for n signals: at most OFFLINE_SLOTS, and all lanes' state and scratch within
+// half the device's free memory.
+static int slots_per_lane(const struct mimi_model *m, const struct mimi_batch_params *bp, int lanes, int n,
+                          int frames) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaSetDevice(m->cuda->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    int slots = (n + lanes - 1) / lanes;
+    if (slots > OFFLINE_SLOTS) slots = OFFLINE_SLOTS;
+    for (; slots > 1; slots /= 2) {
+        struct gpu_layout L;
+        if (gpu_layout_init(&L, m, bp->direction, slots, bp->n_codebooks, bp->attention, frames)) break;
+        if (sizeof(float) * (L.scratch_elems + L.slot_elems * slots) * lanes <= free_bytes / 2) break;
+    }
+    return slots;
+}
+
+static int lane_submit(void *ctx, int lane, int n, const int *slots, const void *in, int valid) {
+    struct mimi_batch *b = ((struct mimi_batch **)ctx)[lane];
+    b->gpu->tap_frames = valid;
+    return mimi_cuda_submit(b, n, slots, in);
+}
+
+static int lane_collect(void *ctx, int lane, void *out) {
+    return mimi_cuda_collect(((struct mimi_batch **)ctx)[lane], out);
+}
+
+static int lane_reset(void *ctx, int lane, int slot) {
+    return mimi_cuda_slot_reset(((struct mimi_batch **)ctx)[lane], slot);
+}
+
+extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap,
+                                 void *tap_user, int want_codes, int n, const struct offline_signal *sig) {
+    int64_t longest = 0;
+    for (int i = 0; i < n; i++) longest = sig[i].n_frames > longest ? sig[i].n_frames : longest;
     struct mimi_batch_params bp;
     mimi_batch_params_default(&bp);
     bp.direction = direction;
@@ -41,72 +86,27 @@ static struct mimi_batch *offline_batch(const struct mimi_model *m, int directio
     bp.attention = MIMI_ATTENTION_WINDOW;
     bp.tap = tap;
     bp.tap_user = tap_user;
-    struct mimi_batch *b = mimi_cuda_offline_create(m, &bp, frames, rc);
-    if (b && mimi_batch_open(b) != 0) {
-        mimi_batch_destroy(b);
-        *rc = MIMI_ESTATE;
-        return NULL;
+    struct offline_lanes d;
+    d.n_lanes = n > 1 ? OFFLINE_LANES : 1;
+    d.frames = frames_per_step(m, longest);
+    d.slots = n > 1 ? slots_per_lane(m, &bp, d.n_lanes, n, d.frames) : 1;
+    d.encode = direction == MIMI_DIRECTION_ENCODE;
+    d.frame_size = m->frame_size;
+    d.per_frame = want_codes ? n_codebooks : m->frame_dim;
+    d.submit = lane_submit, d.collect = lane_collect, d.reset = lane_reset;
+    struct mimi_batch *lanes[OFFLINE_LANES] = {NULL};
+    d.ctx = lanes;
+    bp.capacity = d.slots;
+    int rc = MIMI_OK;
+    for (int l = 0; rc == MIMI_OK && l < d.n_lanes; l++) {
+        lanes[l] = mimi_cuda_offline_create(m, &bp, d.frames, &rc);
+        for (int s = 0; rc == MIMI_OK && s < d.slots; s++)
+            if (mimi_batch_open(lanes[l]) != s) rc = MIMI_ESTATE;
     }
-    return b;
-}
-
-static int finish(const struct mimi_model *m, struct mimi_batch *b, int rc, void *in, void *out) {
-    if (rc && b) mimi_log(m, MIMI_LOG_ERROR, "cuda: whole-signal pass: %s", b->errmsg);
-    mimi_batch_destroy(b);
-    free(in);
-    free(out);
+    if (rc == MIMI_OK) rc = mimi_offline_schedule(&d, n, sig);
+    for (int l = 0; l < d.n_lanes; l++) {
+        if (rc && lanes[l] && lanes[l]->errmsg[0]) mimi_log(m, MIMI_LOG_ERROR, "cuda: whole-signal pass: %s", lanes[l]->errmsg);
+        mimi_batch_destroy(lanes[l]);
+    }
     return rc;
-}
-
-extern "C" int mimi_cuda_offline_encode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                                        const float *pcm, int64_t n_samples, int64_t n_frames, int32_t *codes,
-                                        float *latents) {
-    const int F = frames_per_step(m, n_frames), frame = m->frame_size;
-    const int per_frame = codes ? n_codebooks : m->frame_dim, slot = 0;
-    int rc = MIMI_OK;
-    struct mimi_batch *b = offline_batch(m, MIMI_DIRECTION_ENCODE, n_codebooks, tap, tap_user, F, &rc);
-    float *in = (float *)malloc(sizeof(float) * (size_t)F * frame);
-    void *out = malloc(sizeof(float) * (size_t)F * per_frame);  // int32 codes or float latents
-    if (!rc && (!in || !out)) rc = MIMI_ENOMEM;
-    for (int64_t f0 = 0; !rc && f0 < n_frames; f0 += F) {
-        // samples [f0 * frame, (f0 + F) * frame), zeros past the end of the signal
-        const int valid = n_frames - f0 < F ? (int)(n_frames - f0) : F;
-        const int64_t start = f0 * frame, left = n_samples - start;
-        const int64_t take = left < (int64_t)F * frame ? left : (int64_t)F * frame;
-        memcpy(in, pcm + start, sizeof(float) * (size_t)take);
-        memset(in + take, 0, sizeof(float) * (size_t)((int64_t)F * frame - take));
-        b->gpu->tap_frames = valid;
-        rc = mimi_cuda_step(b, 1, &slot, in, out);
-        for (int f = 0; !rc && f < valid; f++)
-            for (int q = 0; q < per_frame; q++) {
-                if (codes) codes[q * n_frames + f0 + f] = ((const int32_t *)out)[f * per_frame + q];
-                else latents[q * n_frames + f0 + f] = ((const float *)out)[f * per_frame + q];
-            }
-    }
-    return finish(m, b, rc, in, out);
-}
-
-extern "C" int mimi_cuda_offline_decode(const struct mimi_model *m, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                                        const int32_t *codes, const float *latents, int64_t n_frames, float *pcm) {
-    const int F = frames_per_step(m, n_frames), frame = m->frame_size;
-    const int per_frame = codes ? n_codebooks : m->frame_dim, slot = 0;
-    int rc = MIMI_OK;
-    struct mimi_batch *b = offline_batch(m, MIMI_DIRECTION_DECODE, n_codebooks, tap, tap_user, F, &rc);
-    void *in = malloc(sizeof(float) * (size_t)F * per_frame);  // frame-major codes or latents
-    float *out = (float *)malloc(sizeof(float) * (size_t)F * frame);
-    if (!rc && (!in || !out)) rc = MIMI_ENOMEM;
-    for (int64_t f0 = 0; !rc && f0 < n_frames; f0 += F) {
-        // frames f0 .. f0 + F - 1, code 0 (or zero latents) past the last one
-        const int valid = n_frames - f0 < F ? (int)(n_frames - f0) : F;
-        memset(in, 0, sizeof(float) * (size_t)F * per_frame);
-        for (int f = 0; f < valid; f++)
-            for (int q = 0; q < per_frame; q++) {
-                if (codes) ((int32_t *)in)[f * per_frame + q] = codes[q * n_frames + f0 + f];
-                else ((float *)in)[f * per_frame + q] = latents[q * n_frames + f0 + f];
-            }
-        b->gpu->tap_frames = valid;
-        rc = mimi_cuda_step(b, 1, &slot, in, out);
-        if (!rc) memcpy(pcm + f0 * frame, out, sizeof(float) * (size_t)valid * frame);
-    }
-    return finish(m, b, rc, in, out);
 }

@@ -1,0 +1,46 @@
+/*
+ * offline_sched.h - whole-signal passes of many signals over batches that step several frames
+ * of several slots at once (a device's offline batches; tests/test_gpu_plan.c's emulated ones).
+ *
+ * Each signal gets a slot for its whole length and advances `frames` frames per step, its last
+ * step zero-padded (every op is causal: the padding changes no output that is kept); when it
+ * ends, its slot is reset and takes the next signal. Slots are spread over `n_lanes` batches
+ * ("lanes") that are submitted in turn, so that the host stages one lane's step while the
+ * device runs another's.
+ */
+#ifndef MIMI_OFFLINE_SCHED_H
+#define MIMI_OFFLINE_SCHED_H
+
+#include <stdint.h>
+
+// One signal, checked by the caller. Encode: `in` holds n_samples samples; `out` receives
+// (per_frame, n_frames) codebook-major codes or latents. Decode: `in` holds (per_frame,
+// n_frames) codebook-major codes or latents; `out` receives n_frames * frame_size samples.
+// Codes and samples are both 4-byte words: they are moved, never converted.
+struct offline_signal {
+    const void *in;
+    int64_t n_samples;  // encode only
+    int64_t n_frames;
+    void *out;
+};
+
+// The batches a schedule runs on. A step's input is n rows of frames * (frame_size samples or
+// per_frame codes), frame-major within a row; its output n rows of the other kind.
+struct offline_lanes {
+    int n_lanes, slots, frames;  // batches, slots per batch (open, ids 0 .. slots-1), frames per step
+    int encode, frame_size, per_frame;
+    // Queues a step of the n listed slots; `valid` is the number of real frames of row 0 (for
+    // a single signal's taps). MIMI_OK or a negative code.
+    int (*submit)(void *ctx, int lane, int n, const int *slots, const void *in, int valid);
+    // Waits for the lane's queued step and copies its output rows to `out`.
+    int (*collect)(void *ctx, int lane, void *out);
+    // Returns a slot to its just-opened state (between two signals).
+    int (*reset)(void *ctx, int lane, int slot);
+    void *ctx;
+};
+
+// Runs the n signals; returns MIMI_OK, MIMI_ENOMEM or the first failure of a callback (after
+// which the lanes may hold a queued step: the caller destroys them).
+int mimi_offline_schedule(const struct offline_lanes *d, int n, const struct offline_signal *sig);
+
+#endif
