@@ -125,6 +125,20 @@ check "batch --format safetensors, all good: exit 0" eval \
 run encode "$T/batch/vorbis.ogg" "$T/batch/opus.opus" -o "$T/notadir.npy"
 check "several inputs and a file output: usage error" eval 'rc_is 2 && absent "$T/notadir.npy"'
 
+# whole files, several per library call (the default on a GPU): the same codes as one at a time
+cp "$T/float.wav" "$T/in8k.flac" "$T/batch/"
+run encode --offline "$T/batch/vorbis.ogg" "$T/batch/float.wav" "$T/batch/in8k.flac" "$T/batch/opus.opus" \
+    -o "$T/one/"
+run encode --offline --group 3 --json "$T/batch/vorbis.ogg" "$T/batch/float.wav" "$T/bad.txt" \
+    "$T/batch/in8k.flac" "$T/batch/opus.opus" -o "$T/grouped/"
+check "encode --offline --group 3: the bad file reported, the others as encoded one at a time" eval \
+    'rc_is 1 && stderr_has "bad.txt: not a readable audio file" && stdout_has "\"succeeded\": 4" &&
+        cmp -s "$T/one/vorbis.npy" "$T/grouped/vorbis.npy" && cmp -s "$T/one/float.npy" "$T/grouped/float.npy" &&
+        cmp -s "$T/one/in8k.npy" "$T/grouped/in8k.npy" && cmp -s "$T/one/opus.npy" "$T/grouped/opus.npy" &&
+        absent "$T/grouped/bad.npy"'
+run encode --group 2 "$T/batch/vorbis.ogg" "$T/batch/opus.opus" -o "$T/nogroup/"
+check "--group without --offline: usage error" eval 'rc_is 2 && stderr_has "--group needs --offline"'
+
 # ---- audio out ----
 
 run decode "$T/mp3.safetensors" -o "$T/out.flac"

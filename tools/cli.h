@@ -30,6 +30,7 @@ struct opts {
     const char *output, *model;
     int codebooks;              // 0: the command's default
     int threads, jobs;          // model threads per step (0: the CPUs online, up to 8); files at once (0: 1)
+    int group;                  // encode --offline: files per library call (0: the default)
     int backend, isa, weights;  // --backend, --isa, --weights (enum mimi_backend / mimi_isa / mimi_weights)
     int precision;              // --precision (enum mimi_precision), with --backend cuda
     int offline, float_wav, quiet, json, text, any_model;
@@ -197,7 +198,8 @@ int item_interrupted(struct item *it);
 // Exit status for a finished batch: 0 when every item succeeded, else 1.
 int items_status(const struct item *items, int n);
 
-// Runs the command's items (fn(ctx, i) for each input, on --jobs threads) with the progress bar,
+// Runs the command's items (fn(ctx, i) for each input, on --jobs threads; with o->group > 1,
+// fn(ctx, g) for each group of that many inputs) with the progress bar,
 // then prints the "<past> k of n files" note and the --json summary. `setup_rc` is the status
 // of the setup before any item (0: run them; 1: a failure that stops the command, whose items are
 // then reported as not processed). Returns the exit status.

@@ -572,7 +572,8 @@ int run_items(const struct opts *o, struct item *items, int setup_rc, const char
     const int jobs = o->jobs > 0 ? o->jobs : 1;
     double t0 = cli_now();
     progress_begin(verb, o->n_inputs, jobs, quiet);
-    run_jobs(o->n_inputs, jobs, fn, ctx);
+    const int per = o->group > 1 ? o->group : 1;
+    run_jobs((o->n_inputs + per - 1) / per, jobs, fn, ctx);
     progress_end();
     double wall = cli_now() - t0;
     int rc = items_status(items, o->n_inputs);

@@ -8,7 +8,8 @@
  * written as soon as it is complete. Files are collected in memory (they are small: 8 codebooks
  * or 32 floats x 12.5 frames x 4 bytes = 400 or 1600 bytes per second) and written atomically at
  * the end. Several inputs are spread over --jobs threads, each with its own encoder; the model is
- * shared.
+ * shared. With --offline and --group (the default on a GPU) the files are read whole a group at
+ * a time and encoded by one mimi_encode_offline_many call per group.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -155,21 +156,19 @@ static int encode_streaming(struct enc_ctx *x, struct item *it, struct audio_src
     return rc;
 }
 
-// Reads the whole source, then runs the reference's offline path.
-static int encode_offline(struct enc_ctx *x, struct item *it, struct audio_src *src,
-                          struct codes_out *out, char *err, size_t errlen) {
+// Reads the whole source into *pcm (*n samples, the caller frees). Returns 0 or a code (reason
+// in err).
+static int read_all(const struct enc_ctx *x, struct audio_src *src, float **pcm_out, int64_t *n_out, char *err,
+                    size_t errlen) {
     float *pcm = NULL;
-    char *cm = NULL;  // row-major [nq][frames] codes or latents
-    union frame_buf *frame = malloc(sizeof *frame);
     int64_t n = 0, cap = 0, got;
-    int rc = frame ? 0 : cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
+    int rc = 0;
     while (!rc) {
         if (n + x->fs > cap) {
             cap = cap ? 2 * cap : 16 * x->fs;
             float *p = realloc(pcm, (size_t)cap * sizeof *p);
             if (!p) {
-                rc = MIMI_ENOMEM;
-                snprintf(err, errlen, "out of memory");
+                rc = cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
                 break;
             }
             pcm = p;
@@ -179,75 +178,186 @@ static int encode_offline(struct enc_ctx *x, struct item *it, struct audio_src *
         else n += got;
         if (got != x->fs) break;
     }
-    int64_t frames = n ? mimi_frames_for_samples(x->model, n) : 0;
-    if (!rc && !(cm = malloc((size_t)(frames ? frames : 1) * (size_t)x->nq * 4))) {
-        rc = MIMI_ENOMEM;
-        snprintf(err, errlen, "out of memory");
-    }
-    if (!rc) {
-        struct mimi_stream_params sp;
-        mimi_stream_params_default(&sp);
-        sp.n_codebooks = x->nq;
-        int64_t r = cli_encode_offline(x->model, &sp, x->type, pcm, n, cm, frames * x->nq);
-        if (r != frames) {
-            rc = r < 0 ? (int)r : MIMI_ESTATE;
-            snprintf(err, errlen, "encoding failed: %s", mimi_strerror(rc));
-        }
-    }
+    *pcm_out = pcm;
+    *n_out = n;
+    return rc;
+}
+
+// Encodes n samples whole (the reference's offline path) into codebook-major cm (nq x frames).
+static int encode_whole(const struct enc_ctx *x, const float *pcm, int64_t n, int64_t frames, char *cm, char *err,
+                        size_t errlen) {
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = x->nq;
+    int64_t r = cli_encode_offline(x->model, &sp, x->type, pcm, n, cm, frames * x->nq);
+    if (r == frames) return 0;
+    const int rc = r < 0 ? (int)r : MIMI_ESTATE;
+    snprintf(err, errlen, "encoding failed: %s", mimi_strerror(rc));
+    return rc;
+}
+
+// The codebook-major (nq x frames) values `cm` into the output, frame by frame.
+static int put_whole(const struct enc_ctx *x, const char *cm, int64_t frames, struct codes_out *out, char *err,
+                     size_t errlen) {
+    union frame_buf *frame = malloc(sizeof *frame);
+    int rc = frame ? 0 : cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
     for (int64_t f = 0; !rc && f < frames; f++) {
         for (int q = 0; q < x->nq; q++)
             memcpy((char *)frame + 4 * q, cm + 4 * (q * frames + f), 4);
         rc = codes_out_put(out, x, frame, err, errlen);
     }
-    it->samples = n;
-    it->frames = frames;
-    free(cm);
-    free(pcm);
     free(frame);
     return rc;
 }
 
-static void encode_item(void *ctx, int i) {
-    struct enc_ctx *x = ctx;
-    struct item *it = &x->items[i];
+// Reads the whole source, then runs the reference's offline path.
+static int encode_offline(struct enc_ctx *x, struct item *it, struct audio_src *src,
+                          struct codes_out *out, char *err, size_t errlen) {
+    float *pcm = NULL;
+    char *cm = NULL;  // row-major [nq][frames] codes or latents
+    int64_t n = 0;
+    int rc = read_all(x, src, &pcm, &n, err, errlen);
+    int64_t frames = n ? mimi_frames_for_samples(x->model, n) : 0;
+    if (!rc && !(cm = malloc((size_t)(frames ? frames : 1) * (size_t)x->nq * 4)))
+        rc = cli_err(err, errlen, MIMI_ENOMEM, "out of memory");
+    if (!rc) rc = encode_whole(x, pcm, n, frames, cm, err, errlen);
+    if (!rc) rc = put_whole(x, cm, frames, out, err, errlen);
+    it->samples = n;
+    it->frames = frames;
+    free(cm);
+    free(pcm);
+    return rc;
+}
+
+static const char *input_name(const struct item *it) { return strcmp(it->input, "-") ? it->input : "stdin"; }
+
+// Opens the item's source and records its format on the item. Returns 0 or a code (reason in err).
+static int open_input(const struct enc_ctx *x, struct item *it, struct audio_src **src, char *err, size_t errlen) {
     const struct opts *o = x->o;
-    const char *name = strcmp(it->input, "-") ? it->input : "stdin";
-    double t0 = cli_now();
-    struct audio_src *src = NULL;
-    struct codes_out out = {.stream = x->stream_out};
-    char err[1400] = "";
-    int rc = 0;
-    if (!it->ok || item_interrupted(it)) goto done;
-    rc = audio_src_open(&src, it->input, x->rate, o->raw, o->rate ? o->rate : x->rate,
-                        o->channels ? o->channels : 1, err, sizeof err);
-    if (rc) goto done;
-    const struct audio_src_info *info = audio_src_info(src);
+    int rc = audio_src_open(src, it->input, x->rate, o->raw, o->rate ? o->rate : x->rate,
+                            o->channels ? o->channels : 1, err, errlen);
+    if (rc) return rc;
+    const struct audio_src_info *info = audio_src_info(*src);
     it->in_rate = info->rate;
     it->in_channels = info->channels;
     snprintf(it->in_format, sizeof it->in_format, "%s", info->format);
     if (info->rate != x->rate || info->channels != 1) {
         char ch[32];
-        cli_note("%s: %d Hz %s -> %d Hz mono", name, info->rate,
+        cli_note("%s: %d Hz %s -> %d Hz mono", input_name(it), info->rate,
                  cli_channels_name(info->channels, ch, sizeof ch), x->rate);
     }
-    rc = o->offline ? encode_offline(x, it, src, &out, err, sizeof err)
-                    : encode_streaming(x, it, src, &out, err, sizeof err);
-    if (!rc) rc = codes_out_finish(&out, x, it, err, sizeof err);
-    it->wall_s = cli_now() - t0;
+    return 0;
+}
+
+// The end of an item that was attempted: its file written (rc 0), its figures set, and a failure
+// or a note printed.
+static void finish_item(const struct enc_ctx *x, struct item *it, int rc, struct codes_out *out, double wall_s,
+                        char *err, size_t errlen) {
+    const struct opts *o = x->o;
+    if (!rc) rc = codes_out_finish(out, x, it, err, errlen);
+    it->wall_s = wall_s;
     it->audio_s = (double)it->samples / x->rate;
     it->n_codebooks = x->type == FRAME_CODES ? x->nq : 0;
     it->latent_size = x->type == FRAME_LATENTS ? x->nq : 0;
-done:
-    if (rc) item_fail(it, name, "%s", err);
+    if (rc) item_fail(it, input_name(it), "%s", err);
     else if (it->ok)
         cli_note("encoded %s -> %s: %lld frame%s (%.2f s of audio, %s) in %.2f s, %.1f ms per "
-                 "frame, %.2fx real time", name, strcmp(it->output, "-") ? it->output : "stdout",
+                 "frame, %.2fx real time", input_name(it), strcmp(it->output, "-") ? it->output : "stdout",
                  (long long)it->frames, it->frames == 1 ? "" : "s", it->audio_s, o->offline ? "offline" : "streaming",
                  it->wall_s, it->frames ? 1000.0 * it->wall_s / (double)it->frames : 0.0,
                  it->wall_s > 0 ? it->audio_s / it->wall_s : 0.0);
+}
+
+static void encode_item(void *ctx, int i) {
+    struct enc_ctx *x = ctx;
+    struct item *it = &x->items[i];
+    double t0 = cli_now();
+    struct audio_src *src = NULL;
+    struct codes_out out = {.stream = x->stream_out};
+    char err[1400] = "";
+    if (it->ok && !item_interrupted(it)) {
+        int rc = open_input(x, it, &src, err, sizeof err);
+        if (!rc)
+            rc = x->o->offline ? encode_offline(x, it, src, &out, err, sizeof err)
+                               : encode_streaming(x, it, src, &out, err, sizeof err);
+        finish_item(x, it, rc, &out, cli_now() - t0, err, sizeof err);
+    }
     audio_src_close(src);
     free(out.frames);
     progress_item_done(progress_slot());
+}
+
+// ---- many files per library call (--offline, --group) ----
+
+// One input of a group: its audio, then its codes.
+struct member {
+    float *pcm;
+    char *cm;  // codebook-major (nq x frames)
+    int64_t n, frames;
+    int rc, tried;
+    double own_s;  // reading and writing
+    char err[1400];
+};
+
+// Group g: inputs g * group .. read whole, encoded by one mimi_encode_offline_many call (on a
+// GPU the group's files share each step), then written one by one. One bad input fails the call
+// for all, so a failed call is redone one file at a time, which names the input at fault. A
+// file's time is its own reading and writing plus its share, by samples, of the call.
+static void encode_group(void *ctx, int g) {
+    struct enc_ctx *x = ctx;
+    const int first = g * x->o->group, rest = x->o->n_inputs - first;
+    const int n = rest < x->o->group ? rest : x->o->group;
+    struct member *mb = calloc((size_t)n, sizeof *mb);
+    const float **pcm = calloc((size_t)n, sizeof *pcm);
+    int32_t **codes = calloc((size_t)n, sizeof *codes);
+    int64_t *lens = calloc((size_t)n, sizeof *lens), *max = calloc((size_t)n, sizeof *max), total = 0;
+    int m = 0, oom = !mb || !pcm || !codes || !lens || !max;
+    for (int k = 0; k < n && !oom; k++) {
+        struct item *it = &x->items[first + k];
+        struct member *b = &mb[k];
+        if (!it->ok || item_interrupted(it)) continue;
+        double t0 = cli_now();
+        struct audio_src *src = NULL;
+        b->tried = 1;
+        b->rc = open_input(x, it, &src, b->err, sizeof b->err);
+        if (!b->rc) b->rc = read_all(x, src, &b->pcm, &b->n, b->err, sizeof b->err);
+        audio_src_close(src);
+        b->frames = b->n ? mimi_frames_for_samples(x->model, b->n) : 0;
+        if (!b->rc && !(b->cm = malloc((size_t)(b->frames ? b->frames : 1) * (size_t)x->nq * 4)))
+            b->rc = cli_err(b->err, sizeof b->err, MIMI_ENOMEM, "out of memory");
+        it->samples = b->n;
+        it->frames = b->frames;
+        b->own_s = cli_now() - t0;
+        if (b->rc || !b->n) continue;  // nothing to encode: the one-file path reports it
+        pcm[m] = b->pcm, lens[m] = b->n, codes[m] = (int32_t *)b->cm, max[m] = b->frames * x->nq;
+        total += b->n;
+        m++;
+    }
+    double t0 = cli_now();
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = x->nq;
+    const int many = m > 1 && mimi_encode_offline_many(x->model, &sp, m, pcm, lens, codes, max) == MIMI_OK;
+    const double call_s = cli_now() - t0;
+    for (int k = 0; k < n; k++) {
+        struct item *it = &x->items[first + k];
+        struct member *b = &mb[k];
+        if (oom || !b->tried) {
+            if (oom && it->ok) item_fail(it, input_name(it), "out of memory");
+        } else {
+            double t1 = cli_now();
+            struct codes_out out = {.stream = x->stream_out};
+            if (!b->rc && !(many && b->n)) b->rc = encode_whole(x, b->pcm, b->n, b->frames, b->cm, b->err, sizeof b->err);
+            if (!b->rc) b->rc = put_whole(x, b->cm, b->frames, &out, b->err, sizeof b->err);
+            double share = total && many ? call_s * (double)b->n / (double)total : 0.0;
+            finish_item(x, it, b->rc, &out, b->own_s + share + (cli_now() - t1), b->err, sizeof b->err);
+            free(out.frames);
+            free(b->pcm);
+            free(b->cm);
+        }
+        progress_item_done(progress_slot());
+    }
+    free(mb), free(pcm), free(codes), free(lens), free(max);
 }
 
 // ---- the command ----
@@ -270,6 +380,7 @@ int cmd_encode(const struct opts *o) {
         codes_kind_from_path(output) == CODES_NONE && !same_file(output, o->inputs[0]))
         return cli_usage_error(o->cmd, "cannot tell the file format of '%s': name it .npy or "
                                ".safetensors, or use -o - for a frame stream", output);
+    if (o->group && !o->offline) return cli_usage_error(o->cmd, "--group needs --offline");
     if (stream_out && o->json)
         return cli_usage_error(o->cmd, "--json prints on stdout, which carries the frames here");
     if (stream_out && !o->text && isatty(1))
@@ -307,7 +418,11 @@ int cmd_encode(const struct opts *o) {
             rc = 1;
         }
     }
-    rc = run_items(o, items, rc, "encode", "encoded", o->quiet || stdin_in, encode_item, &x);
+    // whole files on a GPU: many per library call (codes to files only)
+    if (!o->group && o->offline && model && strcmp(mimi_model_backend_name(model), "cuda") == 0) po.group = 32;
+    if (stream_out || x.type != FRAME_CODES || o->n_inputs < 2) po.group = 0;
+    rc = run_items(&po, items, rc, "encode", "encoded", o->quiet || stdin_in, po.group > 1 ? encode_group : encode_item,
+                   &x);
     mimi_model_destroy(model);
     free(items);
     return rc;

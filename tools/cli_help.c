@@ -85,6 +85,9 @@ const char USAGE_ENCODE[] =
     "  --format npy|safetensors  the codes format for outputs in a directory (default npy)\n"
     "  --offline             encode each signal whole (the reference's offline path);\n"
     "                        default: streaming, frame by frame. Same codes up to 10 s.\n"
+    "  --group N             with --offline, files per library call (default 32 with\n"
+    "                        --backend cuda, else 1): on a GPU the files of a call share\n"
+    "                        each step, which is how offline throughput is reached\n"
     "  -j, --jobs N          files encoded at once, each on its own thread (default 1)\n"
     "  --threads N           threads inside each encoder step (default: the CPUs, up to 8)\n"
     ENGINE_OPTIONS

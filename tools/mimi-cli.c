@@ -24,7 +24,7 @@ enum { CMD_ENCODE = 1, CMD_DECODE = 2, CMD_SYNTH = 4, CMD_ROUNDTRIP = 8, CMD_INF
 
 enum { OPT_OUTPUT, OPT_MODEL, OPT_CODEBOOKS, OPT_OFFLINE, OPT_THREADS, OPT_JOBS, OPT_FLOAT,
        OPT_RATE, OPT_CHANNELS, OPT_RAW, OPT_TEXT, OPT_FORMAT, OPT_ANY_MODEL, OPT_JSON, OPT_SEED,
-       OPT_NAMING, OPT_DTYPE, OPT_QUIET, OPT_BACKEND, OPT_ISA, OPT_WEIGHTS, OPT_PRECISION };
+       OPT_NAMING, OPT_DTYPE, OPT_QUIET, OPT_BACKEND, OPT_ISA, OPT_WEIGHTS, OPT_PRECISION, OPT_GROUP };
 
 static const struct option_def {
     const char *name;
@@ -54,6 +54,7 @@ static const struct option_def {
     [OPT_ISA] = {"isa", 0, 1, CMD_CODEC},
     [OPT_WEIGHTS] = {"weights", 0, 1, CMD_CODEC},
     [OPT_PRECISION] = {"precision", 0, 1, CMD_CODEC},
+    [OPT_GROUP] = {"group", 0, 1, CMD_ENCODE},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -104,6 +105,10 @@ static int set_option(struct opts *o, int id, const char *v) {
     case OPT_JOBS:
         if (parse_int(v, 1, 256, &o->jobs))
             return cli_usage_error(cmd, "--jobs wants an integer in 1 .. 256, got '%s'", v);
+        break;
+    case OPT_GROUP:
+        if (parse_int(v, 1, 1024, &o->group))
+            return cli_usage_error(cmd, "--group wants an integer in 1 .. 1024, got '%s'", v);
         break;
     case OPT_RATE:
         if (parse_int(v, 1000, 384000, &o->rate))
