@@ -136,6 +136,13 @@ check "encode --offline --group 3: the bad file reported, the others as encoded 
         cmp -s "$T/one/vorbis.npy" "$T/grouped/vorbis.npy" && cmp -s "$T/one/float.npy" "$T/grouped/float.npy" &&
         cmp -s "$T/one/in8k.npy" "$T/grouped/in8k.npy" && cmp -s "$T/one/opus.npy" "$T/grouped/opus.npy" &&
         absent "$T/grouped/bad.npy"'
+run decode --offline "$T/one/vorbis.npy" "$T/one/float.npy" "$T/one/in8k.npy" -o "$T/dec_one/"
+run decode --offline --group 3 "$T/one/vorbis.npy" "$T/bad.txt" "$T/one/float.npy" "$T/one/in8k.npy" \
+    -o "$T/dec_grouped/"
+check "decode --offline --group 3: the bad file reported, the others as decoded one at a time" eval \
+    'rc_is 1 && cmp -s "$T/dec_one/vorbis.wav" "$T/dec_grouped/vorbis.wav" &&
+        cmp -s "$T/dec_one/float.wav" "$T/dec_grouped/float.wav" && cmp -s "$T/dec_one/in8k.wav" "$T/dec_grouped/in8k.wav" &&
+        absent "$T/dec_grouped/bad.wav" && stderr_has "decoded 3 of 4 files"'
 run encode --group 2 "$T/batch/vorbis.ogg" "$T/batch/opus.opus" -o "$T/nogroup/"
 check "--group without --offline: usage error" eval 'rc_is 2 && stderr_has "--group needs --offline"'
 

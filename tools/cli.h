@@ -30,7 +30,7 @@ struct opts {
     const char *output, *model;
     int codebooks;              // 0: the command's default
     int threads, jobs;          // model threads per step (0: the CPUs online, up to 8); files at once (0: 1)
-    int group;                  // encode --offline: files per library call (0: the default)
+    int group;                  // --offline: files per library call (0: the default)
     int backend, isa, weights;  // --backend, --isa, --weights (enum mimi_backend / mimi_isa / mimi_weights)
     int precision;              // --precision (enum mimi_precision), with --backend cuda
     int offline, float_wav, quiet, json, text, any_model;

@@ -9,7 +9,9 @@
  * range, latents finite). Frames then go through a decoder one at a time and each frame's
  * samples go to the output as they come (resampled with --rate). A frame stream is checked frame
  * by frame as it arrives. The audio is trimmed to the length the encoder recorded (metadata
- * n_samples) when it is known.
+ * n_samples) when it is known. With --offline and --group (the default on a GPU) the files of a
+ * group are read and checked first, then decoded by one mimi_decode_offline_many call per
+ * codebook count.
  */
 #include <math.h>
 #include <stdio.h>
@@ -169,6 +171,24 @@ static int put_audio(struct audio_sink *sink, struct item *it, const float *pcm,
     return audio_sink_write(sink, pcm, n, err, errlen);
 }
 
+// The end of an item: a failure (rc) or a note of what was decoded.
+static void report(const struct dec_ctx *x, struct item *it, const char *name, int rc, const char *err) {
+    if (rc) item_fail(it, name, "%s", err);
+    else if (it->ok) {
+        const char *out = strcmp(it->output, "-") ? it->output : "stdout";
+        cli_note("decoded %s -> %s: %lld frame%s (%.2f s of audio, %s) in %.2f s, %.1f ms per "
+                 "frame, %.2fx real time", name, out, (long long)it->frames,
+                 it->frames == 1 ? "" : "s", it->audio_s,
+                 x->o->offline ? "offline" : "streaming", it->wall_s,
+                 it->frames ? 1000.0 * it->wall_s / (double)it->frames : 0.0,
+                 it->wall_s > 0 ? it->audio_s / it->wall_s : 0.0);
+        if (it->clipped)
+            cli_note("%s: note: %lld of %lld samples were outside [-1, 1] and were clipped%s", out,
+                     (long long)it->clipped, (long long)it->samples,
+                     audio_out_from_path(it->output) == AUDIO_OUT_WAV ? " (--float keeps them)" : "");
+    }
+}
+
 static void decode_item(void *ctx, int i) {
     struct dec_ctx *x = ctx;
     struct item *it = &x->items[i];
@@ -282,26 +302,145 @@ finish:
     it->wall_s = cli_now() - t0;
     it->audio_s = (double)it->samples / x->rate;
 done:
-    if (rc) item_fail(it, name, "%s", err);
-    else if (it->ok) {
-        const char *out = strcmp(it->output, "-") ? it->output : "stdout";
-        cli_note("decoded %s -> %s: %lld frame%s (%.2f s of audio, %s) in %.2f s, %.1f ms per "
-                 "frame, %.2fx real time", name, out, (long long)it->frames,
-                 it->frames == 1 ? "" : "s", it->audio_s,
-                 o->offline ? "offline" : "streaming", it->wall_s,
-                 it->frames ? 1000.0 * it->wall_s / (double)it->frames : 0.0,
-                 it->wall_s > 0 ? it->audio_s / it->wall_s : 0.0);
-        if (it->clipped)
-            cli_note("%s: note: %lld of %lld samples were outside [-1, 1] and were clipped%s", out,
-                     (long long)it->clipped, (long long)it->samples,
-                     audio_out_from_path(it->output) == AUDIO_OUT_WAV ? " (--float keeps them)" : "");
-    }
+    report(x, it, name, rc, err);
     audio_sink_abort(sink);
     mimi_decoder_destroy(dec);
     codes_free(&c);
     free(reader);
     free(pcm);
     progress_item_done(progress_slot());
+}
+
+// ---- many files per library call (--offline, --group) ----
+
+// One file of a group: its frames, then its audio.
+struct member {
+    struct codes c;
+    float *pcm;
+    int64_t limit;      // samples to keep (-1: all)
+    int nq, rc;         // codebooks decoded; a failure (reason in err)
+    int tried, checked; // attempted; passed check_codes (which reports its own failures)
+    int decoded;        // decoded by the group's call
+    double own_s, share_s;  // reading and writing; its share of the call
+    char err[1400];
+};
+
+// Writes a whole file's audio and closes it. Returns 0 or a code (reason in err).
+static int write_whole(const struct dec_ctx *x, struct item *it, const float *pcm, int64_t n, int64_t limit,
+                       char *err, size_t errlen) {
+    const struct opts *o = x->o;
+    struct audio_sink *sink = NULL;
+    enum audio_raw raw = o->raw ? o->raw : strcmp(it->output, "-") ? AUDIO_RAW_NONE : AUDIO_RAW_S16LE;
+    int rc = audio_sink_open(&sink, it->output, x->rate, o->rate ? o->rate : x->rate, raw, o->float_wav, err, errlen);
+    if (!rc) rc = put_audio(sink, it, pcm, n, limit, err, errlen);
+    if (!rc) {
+        it->clipped = audio_sink_clipped(sink);
+        rc = audio_sink_close(sink, err, errlen);
+        sink = NULL;
+    }
+    audio_sink_abort(sink);
+    return rc;
+}
+
+// Reads and checks one file of a group and makes room for its audio.
+static void load_member(struct dec_ctx *x, struct item *it, struct member *b) {
+    const struct opts *o = x->o;
+    double t0 = cli_now();
+    b->tried = 1;
+    b->rc = codes_read(it->input, &b->c, b->err, sizeof b->err);
+    if (b->rc || check_codes(x, it, &b->c)) return;
+    b->checked = 1;
+    b->nq = o->codebooks ? o->codebooks : b->c.rows;
+    it->n_codebooks = b->nq;
+    if (b->nq > x->max_q)
+        b->rc = cli_err(b->err, sizeof b->err, MIMI_EINVAL, "--codebooks %d: the model has %d", b->nq, x->max_q);
+    long long keep = meta_int(&b->c, "n_samples");
+    b->limit = keep >= 0 && keep <= b->c.n_frames * x->fs ? keep : -1;
+    if (!b->rc && !(b->pcm = malloc((size_t)(b->c.n_frames * x->fs) * sizeof *b->pcm)))
+        b->rc = cli_err(b->err, sizeof b->err, MIMI_ENOMEM, "out of memory");
+    b->own_s = cli_now() - t0;
+}
+
+// Decodes, in one mimi_decode_offline_many call, the group's good files of `nq` codebooks from
+// member k on; each gets its share, by frames, of the call's time.
+static void decode_together(struct dec_ctx *x, struct member *mb, int n, int k, const int32_t **codes,
+                            int64_t *frames, float **pcm, int64_t *max) {
+    const int nq = mb[k].nq;
+    int m = 0;
+    int64_t total = 0;
+    for (int j = k; j < n; j++) {
+        struct member *b = &mb[j];
+        if (!b->checked || b->rc || b->nq != nq) continue;
+        codes[m] = (const int32_t *)b->c.data, frames[m] = b->c.n_frames, pcm[m] = b->pcm;
+        max[m++] = b->c.n_frames * x->fs;
+        total += b->c.n_frames;
+    }
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = nq;
+    double t0 = cli_now();
+    const int ok = m > 1 && mimi_decode_offline_many(x->model, &sp, m, codes, frames, pcm, max) == MIMI_OK;
+    const double call_s = cli_now() - t0;
+    for (int j = k; j < n && ok; j++) {
+        struct member *b = &mb[j];
+        if (!b->checked || b->rc || b->nq != nq) continue;
+        b->decoded = 1;
+        b->share_s = call_s * (double)b->c.n_frames / (double)total;
+    }
+}
+
+// Group g: files g * group .. read and checked, decoded by one mimi_decode_offline_many call per
+// codebook count (on a GPU the call's files share each step), then written one by one. A failed
+// call is redone one file at a time, which names the file at fault.
+static void decode_group(void *ctx, int g) {
+    struct dec_ctx *x = ctx;
+    const int first = g * x->o->group, rest = x->o->n_inputs - first;
+    const int n = rest < x->o->group ? rest : x->o->group;
+    struct member *mb = calloc((size_t)n, sizeof *mb);
+    const int32_t **codes = calloc((size_t)n, sizeof *codes);
+    float **pcm = calloc((size_t)n, sizeof *pcm);
+    int64_t *frames = calloc((size_t)n, sizeof *frames), *max = calloc((size_t)n, sizeof *max);
+    const int oom = !mb || !codes || !pcm || !frames || !max;
+    for (int k = 0; k < n && !oom; k++) {
+        struct item *it = &x->items[first + k];
+        if (it->ok && !item_interrupted(it)) load_member(x, it, &mb[k]);
+    }
+    for (int k = 0; k < n && !oom; k++)
+        if (mb[k].checked && !mb[k].rc && !mb[k].decoded) decode_together(x, mb, n, k, codes, frames, pcm, max);
+    for (int k = 0; k < n; k++) {
+        struct item *it = &x->items[first + k];
+        if (oom) {
+            if (it->ok) item_fail(it, it->input, "out of memory");
+            progress_item_done(progress_slot());
+            continue;
+        }
+        struct member *b = &mb[k];
+        if (b->tried && (b->checked || b->rc)) {
+            double t1 = cli_now();
+            const int64_t n_pcm = b->c.n_frames * x->fs;
+            if (!b->rc && !b->decoded) {
+                struct mimi_stream_params sp;
+                mimi_stream_params_default(&sp);
+                sp.n_codebooks = b->nq;
+                int64_t r = cli_decode_offline(x->model, &sp, x->type, b->c.data, b->c.n_frames, b->pcm, n_pcm);
+                if (r != n_pcm) {
+                    b->rc = r < 0 ? (int)r : MIMI_ESTATE;
+                    snprintf(b->err, sizeof b->err, "decoding failed: %s", mimi_strerror(b->rc));
+                }
+            }
+            if (!b->rc) {
+                it->frames = b->c.n_frames;
+                b->rc = write_whole(x, it, b->pcm, n_pcm, b->limit, b->err, sizeof b->err);
+            }
+            it->wall_s = b->own_s + b->share_s + (cli_now() - t1);
+            it->audio_s = (double)it->samples / x->rate;
+            report(x, it, it->input, b->rc, b->err);
+        }
+        codes_free(&b->c);
+        free(b->pcm);
+        progress_item_done(progress_slot());
+    }
+    free(mb), free(codes), free(pcm), free(frames), free(max);
 }
 
 // ---- the command ----
@@ -321,6 +460,7 @@ int cmd_decode(const struct opts *o) {
         audio_out_from_path(o->output) == AUDIO_OUT_NONE && !same_file(o->output, o->inputs[0]))
         return cli_usage_error(o->cmd, "cannot tell the audio format of '%s': name it .wav, .flac, "
                                ".ogg, .opus, .mp3 or .npy, or use --raw", o->output);
+    if (o->group && !o->offline) return cli_usage_error(o->cmd, "--group needs --offline");
     if (stdout_out && o->json)
         return cli_usage_error(o->cmd, "--json prints on stdout, which carries the audio here");
     if (stdout_out && isatty(1))
@@ -355,7 +495,13 @@ int cmd_decode(const struct opts *o) {
                             .rate = mimi_model_sample_rate(model),
                             .card = mimi_model_codebook_size(model),
                             .max_q = mimi_model_max_codebooks(model)};
-        rc = run_items(o, items, rc, "decode", "decoded", o->quiet || stdin_in, decode_item, &x);
+        // whole files on a GPU: many per library call (codes files only)
+        struct opts po = *o;
+        if (!o->group && o->offline && strcmp(mimi_model_backend_name(model), "cuda") == 0) po.group = 32;
+        if (stdin_in || stdout_out || type != FRAME_CODES || o->n_inputs < 2) po.group = 0;
+        x.o = &po;
+        rc = run_items(&po, items, rc, "decode", "decoded", o->quiet || stdin_in,
+                       po.group > 1 ? decode_group : decode_item, &x);
     } else {
         rc = run_items(o, items, rc, "decode", "decoded", 1, NULL, NULL);
     }

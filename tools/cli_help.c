@@ -142,6 +142,8 @@ const char USAGE_DECODE[] =
     "  --format EXT          wav, flac, ogg, opus, mp3 or npy, for outputs in a directory\n"
     "  --any-model           decode codes made with another model file anyway\n"
     "  --offline             decode each file whole (the reference's offline path)\n"
+    "  --group N             with --offline, files per library call (default 32 with\n"
+    "                        --backend cuda, else 1)\n"
     "  -j, --jobs N          files decoded at once (default 1)\n"
     "  --threads N           threads inside each decoder step (default: the CPUs, up to 8)\n"
     ENGINE_OPTIONS

@@ -54,7 +54,7 @@ static const struct option_def {
     [OPT_ISA] = {"isa", 0, 1, CMD_CODEC},
     [OPT_WEIGHTS] = {"weights", 0, 1, CMD_CODEC},
     [OPT_PRECISION] = {"precision", 0, 1, CMD_CODEC},
-    [OPT_GROUP] = {"group", 0, 1, CMD_ENCODE},
+    [OPT_GROUP] = {"group", 0, 1, CMD_ENCODE | CMD_DECODE},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
