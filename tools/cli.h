@@ -205,5 +205,7 @@ int items_status(const struct item *items, int n);
 // then reported as not processed). Returns the exit status.
 int run_items(const struct opts *o, struct item *items, int setup_rc, const char *verb,
               const char *past, int quiet, void (*fn)(void *ctx, int i), void *ctx);
+// The inputs of group g (o->group per group): *first and the count.
+int group_span(const struct opts *o, int g, int *first);
 
 #endif

@@ -586,3 +586,9 @@ int run_items(const struct opts *o, struct item *items, int setup_rc, const char
     if (o->json) json_summary(o, items, o->n_inputs, wall);
     return rc;
 }
+
+int group_span(const struct opts *o, int g, int *first) {
+    *first = g * o->group;
+    const int rest = o->n_inputs - *first;
+    return rest < o->group ? rest : o->group;
+}

@@ -394,8 +394,8 @@ static void decode_together(struct dec_ctx *x, struct member *mb, int n, int k, 
 // call is redone one file at a time, which names the file at fault.
 static void decode_group(void *ctx, int g) {
     struct dec_ctx *x = ctx;
-    const int first = g * x->o->group, rest = x->o->n_inputs - first;
-    const int n = rest < x->o->group ? rest : x->o->group;
+    int first;
+    const int n = group_span(x->o, g, &first);
     struct member *mb = calloc((size_t)n, sizeof *mb);
     const int32_t **codes = calloc((size_t)n, sizeof *codes);
     float **pcm = calloc((size_t)n, sizeof *pcm);

@@ -305,8 +305,8 @@ struct member {
 // file's time is its own reading and writing plus its share, by samples, of the call.
 static void encode_group(void *ctx, int g) {
     struct enc_ctx *x = ctx;
-    const int first = g * x->o->group, rest = x->o->n_inputs - first;
-    const int n = rest < x->o->group ? rest : x->o->group;
+    int first;
+    const int n = group_span(x->o, g, &first);
     struct member *mb = calloc((size_t)n, sizeof *mb);
     const float **pcm = calloc((size_t)n, sizeof *pcm);
     int32_t **codes = calloc((size_t)n, sizeof *codes);
