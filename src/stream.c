@@ -388,8 +388,8 @@ static int decode_signals(const struct mimi_model *model, const struct mimi_stre
         const float *latents = want_codes ? NULL : latents_in[i];
         const void *in = want_codes ? (const void *)codes : (const void *)latents;
         sig[i] = (struct offline_signal){in, 0, nf, pcm[i]};
-        if (!in || !pcm[i] || nf <= 0) {
-            mimi_batch_error(&b, "no frames, or no input or output buffer");
+        if (!in || !pcm[i] || nf <= 0 || nf > INT64_MAX / frame) {
+            mimi_batch_error(&b, "%lld frames, or no input or output buffer", (long long)nf);
             rc = MIMI_EINVAL;
         }
         if (rc == MIMI_OK && nf * frame > max_samples[i]) {

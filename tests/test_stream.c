@@ -265,6 +265,8 @@ static void test_offline_many(void) {
     codes[2][0] = 5000;
     CHECK_EQ(mimi_decode_offline_many(model, &sp, N, codes_in, n_frames, pcm_out, max_samples), MIMI_EINVAL);
     CHECK(strstr(last_error, "signal 2: code 5000") != NULL);
+    CHECK_EQ(mimi_decode_offline(model, &sp, codes[0], INT64_MAX / 1000, one_pcm, 3 * FRAME), MIMI_EINVAL);
+    CHECK(strstr(last_error, "frames, or no input") != NULL);
     sp.tap = ignore_tap;
     CHECK_EQ(mimi_encode_offline_many(model, &sp, N, pcm, n_samples, codes_out, max_codes), MIMI_EINVAL);
     CHECK(strstr(last_error, "taps are per signal") != NULL);
