@@ -207,5 +207,8 @@ int run_items(const struct opts *o, struct item *items, int setup_rc, const char
               const char *past, int quiet, void (*fn)(void *ctx, int i), void *ctx);
 // The inputs of group g (o->group per group): *first and the count.
 int group_span(const struct opts *o, int g, int *first);
+// The audio a group holds in memory before its library call, in samples at the model's rate
+// (2^27: 93 minutes at 24 kHz, 512 MB of f32); a group of longer files makes several calls.
+#define GROUP_SAMPLES ((int64_t)1 << 27)
 
 #endif

@@ -389,31 +389,15 @@ static void decode_together(struct dec_ctx *x, struct member *mb, int n, int k, 
     }
 }
 
-// Group g: files g * group .. read and checked, decoded by one mimi_decode_offline_many call per
-// codebook count (on a GPU the call's files share each step), then written one by one. A failed
-// call is redone one file at a time, which names the file at fault.
-static void decode_group(void *ctx, int g) {
-    struct dec_ctx *x = ctx;
-    int first;
-    const int n = group_span(x->o, g, &first);
-    struct member *mb = calloc((size_t)n, sizeof *mb);
-    const int32_t **codes = calloc((size_t)n, sizeof *codes);
-    float **pcm = calloc((size_t)n, sizeof *pcm);
-    int64_t *frames = calloc((size_t)n, sizeof *frames), *max = calloc((size_t)n, sizeof *max);
-    const int oom = !mb || !codes || !pcm || !frames || !max;
-    for (int k = 0; k < n && !oom; k++) {
+// Decodes the group's good members [from, to) (one call per codebook count), then writes and
+// reports them in order and frees their frames and audio. A failed call is redone one file at a
+// time, which names the file at fault. codes, frames, pcm and max: room for the calls' arguments.
+static void decode_members(struct dec_ctx *x, int first, struct member *mb, int from, int to, const int32_t **codes,
+                           int64_t *frames, float **pcm, int64_t *max) {
+    for (int k = from; k < to; k++)
+        if (mb[k].checked && !mb[k].rc && !mb[k].decoded) decode_together(x, mb, to, k, codes, frames, pcm, max);
+    for (int k = from; k < to; k++) {
         struct item *it = &x->items[first + k];
-        if (it->ok && !item_interrupted(it)) load_member(x, it, &mb[k]);
-    }
-    for (int k = 0; k < n && !oom; k++)
-        if (mb[k].checked && !mb[k].rc && !mb[k].decoded) decode_together(x, mb, n, k, codes, frames, pcm, max);
-    for (int k = 0; k < n; k++) {
-        struct item *it = &x->items[first + k];
-        if (oom) {
-            if (it->ok) item_fail(it, it->input, "out of memory");
-            progress_item_done(progress_slot());
-            continue;
-        }
         struct member *b = &mb[k];
         if (b->tried && (b->checked || b->rc)) {
             double t1 = cli_now();
@@ -438,7 +422,35 @@ static void decode_group(void *ctx, int g) {
         }
         codes_free(&b->c);
         free(b->pcm);
+        b->pcm = NULL;
         progress_item_done(progress_slot());
+    }
+}
+
+// Group g: files g * group .. read, checked and decoded together (decode_members), in calls of
+// at most GROUP_SAMPLES samples of audio to hold (plus the file that crosses it).
+static void decode_group(void *ctx, int g) {
+    struct dec_ctx *x = ctx;
+    int first;
+    const int n = group_span(x->o, g, &first);
+    struct member *mb = calloc((size_t)n, sizeof *mb);
+    const int32_t **codes = calloc((size_t)n, sizeof *codes);
+    float **pcm = calloc((size_t)n, sizeof *pcm);
+    int64_t *frames = calloc((size_t)n, sizeof *frames), *max = calloc((size_t)n, sizeof *max), pending = 0;
+    const int oom = !mb || !codes || !pcm || !frames || !max;
+    for (int k = 0, from = 0; k < n; k++) {
+        struct item *it = &x->items[first + k];
+        if (oom) {
+            if (it->ok) item_fail(it, it->input, "out of memory");
+            progress_item_done(progress_slot());
+            continue;
+        }
+        if (it->ok && !item_interrupted(it)) load_member(x, it, &mb[k]);
+        pending += mb[k].checked ? mb[k].c.n_frames * x->fs : 0;
+        if (pending >= GROUP_SAMPLES || k == n - 1) {
+            decode_members(x, first, mb, from, k + 1, codes, frames, pcm, max);
+            from = k + 1, pending = 0;
+        }
     }
     free(mb), free(codes), free(pcm), free(frames), free(max);
 }

@@ -299,36 +299,18 @@ struct member {
     char err[1400];
 };
 
-// Group g: inputs g * group .. read whole, encoded by one mimi_encode_offline_many call (on a
-// GPU the group's files share each step), then written one by one. One bad input fails the call
-// for all, so a failed call is redone one file at a time, which names the input at fault. A
-// file's time is its own reading and writing plus its share, by samples, of the call.
-static void encode_group(void *ctx, int g) {
-    struct enc_ctx *x = ctx;
-    int first;
-    const int n = group_span(x->o, g, &first);
-    struct member *mb = calloc((size_t)n, sizeof *mb);
-    const float **pcm = calloc((size_t)n, sizeof *pcm);
-    int32_t **codes = calloc((size_t)n, sizeof *codes);
-    int64_t *lens = calloc((size_t)n, sizeof *lens), *max = calloc((size_t)n, sizeof *max), total = 0;
-    int m = 0, oom = !mb || !pcm || !codes || !lens || !max;
-    for (int k = 0; k < n && !oom; k++) {
-        struct item *it = &x->items[first + k];
+// Encodes the group's members [from, to) in one mimi_encode_offline_many call (on a GPU the
+// call's files share each step), then writes and reports them in order and frees their audio.
+// One bad input fails the call for all, so a failed call is redone one file at a time, which
+// names the input at fault. A file's time is its own reading and writing plus its share, by
+// samples, of the call. pcm, codes, lens and max: room for the call's arguments.
+static void encode_members(struct enc_ctx *x, int first, struct member *mb, int from, int to, const float **pcm,
+                           int32_t **codes, int64_t *lens, int64_t *max) {
+    int m = 0;
+    int64_t total = 0;
+    for (int k = from; k < to; k++) {
         struct member *b = &mb[k];
-        if (!it->ok || item_interrupted(it)) continue;
-        double t0 = cli_now();
-        struct audio_src *src = NULL;
-        b->tried = 1;
-        b->rc = open_input(x, it, &src, b->err, sizeof b->err);
-        if (!b->rc) b->rc = read_all(x, src, &b->pcm, &b->n, b->err, sizeof b->err);
-        audio_src_close(src);
-        b->frames = b->n ? mimi_frames_for_samples(x->model, b->n) : 0;
-        if (!b->rc && !(b->cm = malloc((size_t)(b->frames ? b->frames : 1) * (size_t)x->nq * 4)))
-            b->rc = cli_err(b->err, sizeof b->err, MIMI_ENOMEM, "out of memory");
-        it->samples = b->n;
-        it->frames = b->frames;
-        b->own_s = cli_now() - t0;
-        if (b->rc || !b->n) continue;  // nothing to encode: the one-file path reports it
+        if (!b->tried || b->rc || !b->n) continue;  // nothing to encode: the one-file path reports it
         pcm[m] = b->pcm, lens[m] = b->n, codes[m] = (int32_t *)b->cm, max[m] = b->frames * x->nq;
         total += b->n;
         m++;
@@ -339,12 +321,10 @@ static void encode_group(void *ctx, int g) {
     sp.n_codebooks = x->nq;
     const int many = m > 1 && mimi_encode_offline_many(x->model, &sp, m, pcm, lens, codes, max) == MIMI_OK;
     const double call_s = cli_now() - t0;
-    for (int k = 0; k < n; k++) {
+    for (int k = from; k < to; k++) {
         struct item *it = &x->items[first + k];
         struct member *b = &mb[k];
-        if (oom || !b->tried) {
-            if (oom && it->ok) item_fail(it, input_name(it), "out of memory");
-        } else {
+        if (b->tried) {
             double t1 = cli_now();
             struct codes_out out = {.stream = x->stream_out};
             if (!b->rc && !(many && b->n)) b->rc = encode_whole(x, b->pcm, b->n, b->frames, b->cm, b->err, sizeof b->err);
@@ -356,6 +336,47 @@ static void encode_group(void *ctx, int g) {
             free(b->cm);
         }
         progress_item_done(progress_slot());
+    }
+}
+
+// Group g: inputs g * group .. read whole and encoded together (encode_members), in calls of at
+// most GROUP_SAMPLES samples of audio read ahead (plus the file that crosses it).
+static void encode_group(void *ctx, int g) {
+    struct enc_ctx *x = ctx;
+    int first;
+    const int n = group_span(x->o, g, &first);
+    struct member *mb = calloc((size_t)n, sizeof *mb);
+    const float **pcm = calloc((size_t)n, sizeof *pcm);
+    int32_t **codes = calloc((size_t)n, sizeof *codes);
+    int64_t *lens = calloc((size_t)n, sizeof *lens), *max = calloc((size_t)n, sizeof *max), pending = 0;
+    const int oom = !mb || !pcm || !codes || !lens || !max;
+    for (int k = 0, from = 0; k < n; k++) {
+        struct item *it = &x->items[first + k];
+        if (oom) {
+            if (it->ok) item_fail(it, input_name(it), "out of memory");
+            progress_item_done(progress_slot());
+            continue;
+        }
+        struct member *b = &mb[k];
+        if (it->ok && !item_interrupted(it)) {
+            double t0 = cli_now();
+            struct audio_src *src = NULL;
+            b->tried = 1;
+            b->rc = open_input(x, it, &src, b->err, sizeof b->err);
+            if (!b->rc) b->rc = read_all(x, src, &b->pcm, &b->n, b->err, sizeof b->err);
+            audio_src_close(src);
+            b->frames = b->n ? mimi_frames_for_samples(x->model, b->n) : 0;
+            if (!b->rc && !(b->cm = malloc((size_t)(b->frames ? b->frames : 1) * (size_t)x->nq * 4)))
+                b->rc = cli_err(b->err, sizeof b->err, MIMI_ENOMEM, "out of memory");
+            it->samples = b->n;
+            it->frames = b->frames;
+            b->own_s = cli_now() - t0;
+            pending += b->n;
+        }
+        if (pending >= GROUP_SAMPLES || k == n - 1) {
+            encode_members(x, first, mb, from, k + 1, pcm, codes, lens, max);
+            from = k + 1, pending = 0;
+        }
     }
     free(mb), free(pcm), free(codes), free(lens), free(max);
 }
