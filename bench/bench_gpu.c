@@ -44,6 +44,10 @@
 #define TARGET_STREAMS_FAST 10000
 #define REF_OFFLINE_ENC 3990.0
 #define REF_OFFLINE_DEC 3700.0
+// The H200's peak arithmetic (NVIDIA's figures, dense): f32 on the CUDA cores, TF32 on the tensor
+// cores; a mode's throughput is put against the peak of the arithmetic its products use.
+#define PEAK_F32_TFLOPS 67.0
+#define PEAK_TF32_TFLOPS 494.7
 #define TARGET_OFFLINE_STRICT 6000.0
 #define TARGET_OFFLINE_FAST 20000.0
 
@@ -252,7 +256,7 @@ static void whole_file(struct mimi_model *m, int seconds) {
 // reference's offline figure is 16 clips of 60 s), or with seconds 0 of 2 + c % 11 seconds each
 // (short utterances); the time of the whole call, batch creation included; best of three after
 // a first call.
-static void many_files(struct mimi_model *m, int clips, int seconds, double target) {
+static void many_files(struct mimi_model *m, int clips, int seconds, double target, double peak) {
     const float **pcm = calloc((size_t)clips, sizeof *pcm);
     float **out = calloc((size_t)clips, sizeof *out);
     int32_t **codes = calloc((size_t)clips, sizeof *codes);
@@ -286,10 +290,11 @@ static void many_files(struct mimi_model *m, int clips, int seconds, double targ
     else snprintf(what, sizeof what, "2 to 12 s");
     if (best_e < 1e30)
         printf("  %d files of %s in one call (offline many): encode %.0f ms (%.0fx real time; reference %.0fx: %.1fx; "
-               "target %.0fx), decode %.0f ms (%.0fx; reference %.0fx: %.1fx); %.1f / %.1f TFLOP/s\n", clips, what,
-               best_e, audio_ms / best_e, REF_OFFLINE_ENC, audio_ms / best_e / REF_OFFLINE_ENC, target, best_d,
-               audio_ms / best_d, REF_OFFLINE_DEC, audio_ms / best_d / REF_OFFLINE_DEC,
-               enc_flop / (1e-3 * best_e) * 1e-12, dec_flop / (1e-3 * best_d) * 1e-12);
+               "target %.0fx), decode %.0f ms (%.0fx; reference %.0fx: %.1fx); %.1f / %.1f TFLOP/s (%.0f%% / %.0f%% of "
+               "the %.0f peak)\n", clips, what, best_e, audio_ms / best_e, REF_OFFLINE_ENC,
+               audio_ms / best_e / REF_OFFLINE_ENC, target, best_d, audio_ms / best_d, REF_OFFLINE_DEC,
+               audio_ms / best_d / REF_OFFLINE_DEC, enc_flop / (1e-3 * best_e) * 1e-12, dec_flop / (1e-3 * best_d) * 1e-12,
+               100 * enc_flop / (1e-3 * best_e) * 1e-12 / peak, 100 * dec_flop / (1e-3 * best_d) * 1e-12 / peak, peak);
     else printf("  %d files of %s in one call (offline many): failed\n", clips, what);
     for (int c = 0; c < clips && pcm; c++) free((void *)pcm[c]), free(out ? out[c] : NULL), free(codes ? codes[c] : NULL);
     free(pcm), free(out), free(codes), free(lens), free(nf), free(max_codes);
@@ -443,6 +448,7 @@ static void fidelity(struct mimi_model *strict, struct mimi_model *fast, const c
 // ---- main ----
 
 static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_streams) {
+    const double peak = strcmp(mode, "strict (f32)") ? PEAK_TF32_TFLOPS : PEAK_F32_TFLOPS;
     printf("\n== %s ==\n", mode);
     struct latency L = one_stream(m, quick ? 100 : 500);
     double floor_enc = 1e3 * ENC_WEIGHT_BYTES / HBM_BYTES_PER_S, floor_dec = 1e3 * DEC_WEIGHT_BYTES / HBM_BYTES_PER_S;
@@ -459,8 +465,10 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
     printf("  (enc submit: the encode submit's median, the host staging the PCM; memcpy: one host copy of that PCM,\n"
            "   as large as the decode's output copy; both are inside enc ms and dec ms. overlap p99: the step with\n"
            "   encode and decode submitted together, each batch on its own CUDA stream)\n");
-    printf("  %6s %10s %10s %12s %10s %10s %9s %11s %8s %12s\n", "B", "enc ms", "dec ms", "step p99 ms", "enc x RT",
-           "dec x RT", "TFLOP/s", "enc submit", "memcpy", "overlap p99");
+    printf("  (TFLOP/s: of encode + decode; %% peak: of the %.0f TFLOP/s %s peak)\n", peak,
+           peak == PEAK_F32_TFLOPS ? "f32" : "TF32 tensor-core");
+    printf("  %6s %10s %10s %12s %10s %10s %9s %7s %11s %8s %12s\n", "B", "enc ms", "dec ms", "step p99 ms", "enc x RT",
+           "dec x RT", "TFLOP/s", "% peak", "enc submit", "memcpy", "overlap p99");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && sizes[i] <= max_streams; i++) {
         int B = sizes[i];
         struct batch_run r = many_streams(m, B, quick ? 8 : 20);
@@ -469,9 +477,10 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
             break;
         }
         double ex = B * FRAME_S * 1e3 / r.enc_med, dx = B * FRAME_S * 1e3 / r.dec_med;
-        printf("  %6d %10.2f %10.2f %12.2f %10.0f %10.0f %9.1f %11.2f %8.2f %12.2f%s\n", B, r.enc_med, r.dec_med,
-               r.step_p99, ex, dx, B * FLOP_PER_FRAME / (1e-3 * (r.enc_med + r.dec_med)) * 1e-12, r.enc_submit,
-               r.host_copy, r.ovl_p99, r.step_p99 < 80.0 ? "" : "  (over 80 ms)");
+        const double tflops = B * FLOP_PER_FRAME / (1e-3 * (r.enc_med + r.dec_med)) * 1e-12;
+        printf("  %6d %10.2f %10.2f %12.2f %10.0f %10.0f %9.1f %7.0f %11.2f %8.2f %12.2f%s\n", B, r.enc_med, r.dec_med,
+               r.step_p99, ex, dx, tflops, 100 * tflops / peak, r.enc_submit, r.host_copy, r.ovl_p99,
+               r.step_p99 < 80.0 ? "" : "  (over 80 ms)");
         if (ex > best_enc_x) best_enc_x = ex;
         if (dx > best_dec_x) best_dec_x = dx;
         const double p99[2] = {r.step_p99, r.ovl_p99};
@@ -488,8 +497,8 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
             int B = (best[o] + over[o]) / 2 / 64 * 64;
             struct batch_run r = many_streams(m, B, quick ? 8 : 20);
             const double p99 = o ? r.ovl_p99 : r.step_p99;
-            printf("  %6d %10.2f %10.2f %12.2f %10s %10s %9s %11s %8s %12.2f%s\n", B, r.enc_med, r.dec_med, r.step_p99,
-                   "", "", "", "", "", r.ovl_p99, r.ok && p99 < 80.0 ? "" : o ? "  (overlapped over 80 ms)" : "  (over 80 ms)");
+            printf("  %6d %10.2f %10.2f %12.2f %10s %10s %9s %7s %11s %8s %12.2f%s\n", B, r.enc_med, r.dec_med, r.step_p99,
+                   "", "", "", "", "", "", r.ovl_p99, r.ok && p99 < 80.0 ? "" : o ? "  (overlapped over 80 ms)" : "  (over 80 ms)");
             if (r.ok && p99 < 80.0) best[o] = B;
             else over[o] = B;
         }
@@ -508,8 +517,8 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
     whole_file(m, 20);
     whole_file(m, 300);
     const double offline_target = strcmp(mode, "strict (f32)") ? TARGET_OFFLINE_FAST : TARGET_OFFLINE_STRICT;
-    many_files(m, 16, 60, offline_target);
-    many_files(m, 64, 60, offline_target);
+    many_files(m, 16, 60, offline_target, peak);
+    many_files(m, 64, 60, offline_target, peak);
     profile(m, 1);
     if (!quick) profile(m, 1024);
 }
@@ -571,9 +580,10 @@ int main(int argc, char **argv) {
         } else if (offline_only) {
             printf("\n== %s ==\n", names[i]);
             const double target = i == MIMI_PRECISION_STRICT ? TARGET_OFFLINE_STRICT : TARGET_OFFLINE_FAST;
-            many_files(models[i], 16, 60, target);
-            many_files(models[i], 64, 60, target);
-            many_files(models[i], 256, 0, target);
+            const double peak = i == MIMI_PRECISION_STRICT ? PEAK_F32_TFLOPS : PEAK_TF32_TFLOPS;
+            many_files(models[i], 16, 60, target, peak);
+            many_files(models[i], 64, 60, target, peak);
+            many_files(models[i], 256, 0, target, peak);
         } else if (i != MIMI_PRECISION_STRICT) {
             fidelity(models[MIMI_PRECISION_STRICT], models[i], names[i], quick ? 20 : 100);
         }
