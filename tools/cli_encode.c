@@ -299,6 +299,22 @@ struct member {
     char err[1400];
 };
 
+// Reads one input of a group whole and makes room for its codes.
+static void load_member(struct enc_ctx *x, struct item *it, struct member *b) {
+    double t0 = cli_now();
+    struct audio_src *src = NULL;
+    b->tried = 1;
+    b->rc = open_input(x, it, &src, b->err, sizeof b->err);
+    if (!b->rc) b->rc = read_all(x, src, &b->pcm, &b->n, b->err, sizeof b->err);
+    audio_src_close(src);
+    b->frames = b->n ? mimi_frames_for_samples(x->model, b->n) : 0;
+    if (!b->rc && !(b->cm = malloc((size_t)(b->frames ? b->frames : 1) * (size_t)x->nq * 4)))
+        b->rc = cli_err(b->err, sizeof b->err, MIMI_ENOMEM, "out of memory");
+    it->samples = b->n;
+    it->frames = b->frames;
+    b->own_s = cli_now() - t0;
+}
+
 // Encodes the group's members [from, to) in one mimi_encode_offline_many call (on a GPU the
 // call's files share each step), then writes and reports them in order and frees their audio.
 // One bad input fails the call for all, so a failed call is redone one file at a time, which
@@ -357,22 +373,8 @@ static void encode_group(void *ctx, int g) {
             progress_item_done(progress_slot());
             continue;
         }
-        struct member *b = &mb[k];
-        if (it->ok && !item_interrupted(it)) {
-            double t0 = cli_now();
-            struct audio_src *src = NULL;
-            b->tried = 1;
-            b->rc = open_input(x, it, &src, b->err, sizeof b->err);
-            if (!b->rc) b->rc = read_all(x, src, &b->pcm, &b->n, b->err, sizeof b->err);
-            audio_src_close(src);
-            b->frames = b->n ? mimi_frames_for_samples(x->model, b->n) : 0;
-            if (!b->rc && !(b->cm = malloc((size_t)(b->frames ? b->frames : 1) * (size_t)x->nq * 4)))
-                b->rc = cli_err(b->err, sizeof b->err, MIMI_ENOMEM, "out of memory");
-            it->samples = b->n;
-            it->frames = b->frames;
-            b->own_s = cli_now() - t0;
-            pending += b->n;
-        }
+        if (it->ok && !item_interrupted(it)) load_member(x, it, &mb[k]);
+        pending += mb[k].n;
         if (pending >= GROUP_SAMPLES || k == n - 1) {
             encode_members(x, first, mb, from, k + 1, pcm, codes, lens, max);
             from = k + 1, pending = 0;
