@@ -366,6 +366,36 @@ static void emu_attention(const struct op_attention *a) {
     free(scores);
 }
 
+// The persistent transformer as the unfused op sequence it stands for (plan.c's unfolded path).
+static void emu_transformer(const struct op_transformer *t) {
+    const struct op_attention *base = &t->att;
+    const int d = base->d, rows = base->R * base->steps, ff = t->d_ff;
+    float *h = malloc(sizeof(float) * (size_t)rows * d), *x = t->x[0], *qkv = base->qkv, *att = base->out;
+    emu_positions(base);
+    emu_transpose(&(struct op_transpose){t->in, x, d, rows});
+    emu_norm(&(struct op_norm){x, NULL, NULL, h, t->layers[0].norm1_w, t->layers[0].norm1_b, rows, d, NORM_LN, t->eps});
+    for (int l = 0; l < t->n_layers; l++) {
+        const struct op_tr_layer *w = &t->layers[l];
+        emu_gemm(&(struct op_gemm){.transa = 1, .m = 3 * d, .n = rows, .k = d, .a = w->in_proj, .lda = d, .b = h,
+                                   .ldb = d, .c = qkv, .ldc = 3 * d});
+        struct op_attention a = *base;
+        a.keys = w->keys, a.values = w->values, a.rope = 1;
+        emu_attention(&a);
+        emu_gemm(&(struct op_gemm){.transa = 1, .m = d, .n = rows, .k = d, .a = w->out_proj, .lda = d, .b = att,
+                                   .ldb = d, .c = t->y, .ldc = d});
+        emu_norm(&(struct op_norm){x, t->y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, t->eps});
+        emu_gemm(&(struct op_gemm){.transa = 1, .m = ff, .n = rows, .k = d, .a = w->linear1, .lda = d, .b = h,
+                                   .ldb = d, .c = t->ff, .ldc = ff, .gelu = 1});
+        emu_gemm(&(struct op_gemm){.transa = 1, .m = d, .n = rows, .k = ff, .a = w->linear2, .lda = ff, .b = t->ff,
+                                   .ldb = ff, .c = t->y, .ldc = d});
+        const int last = l + 1 == t->n_layers;
+        emu_norm(&(struct op_norm){x, t->y, w->scale2, h, last ? NULL : w[1].norm1_w, last ? NULL : w[1].norm1_b, rows,
+                                   d, last ? NORM_RESID : NORM_RESID_LN, t->eps});
+    }
+    emu_transpose(&(struct op_transpose){x, t->out, rows, d});
+    free(h);
+}
+
 static void emu_argmin(const struct op_argmin *a) {
     float *own = NULL;
     if (!a->scores) {  // the fused form: scores from the query
@@ -430,6 +460,7 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_ARGMIN: emu_argmin(&op->u.argmin); break;
         case GOP_GATHER: emu_gather(&op->u.gather); break;
         case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
+        case GOP_TRANSFORMER: emu_transformer(&op->u.transformer); break;
         }
     }
 }
@@ -543,6 +574,11 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK), 1);  // the 64-channel level
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK), 1);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
+    // up to 4 slots (8 transformer rows): the whole transformer as one persistent op
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_TRANSFORMER), 1);
+    CHECK_EQ(count_ops(&dec.plans[2], GOP_TRANSFORMER), 1);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_ATTENTION), 0);
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_TRANSFORMER), 0);
     struct mimi_batch *cenc, *cdec;
     cpu_pair(model, WIDE, &cenc, &cdec);
     int list[WIDE];

@@ -10,35 +10,11 @@
  * Ring storage: f32, or bfloat16 with kv_bf16 (MIMI_PRECISION_FAST_BF16_KV), read by the one-pass
  * kernel only; arithmetic is f32 either way.
  */
-#include <cuda_bf16.h>
 #include <stdint.h>
 
-#include "common.cuh"
+#include "attention.cuh"
 
 #define ATT_THREADS 512
-
-// Where slot `slot`'s ring of element type T starts (slot_stride counts 4-byte elements).
-template <typename T>
-static __device__ __forceinline__ T *slot_ring(void *ring, size_t slot_stride, int slot) {
-    return (T *)((char *)ring + sizeof(float) * slot_stride * (size_t)slot);
-}
-
-// Four consecutive ring values as f32: one 16-byte load (f32) or one 8-byte load (bfloat16,
-// whose bits are the high half of the f32 they stand for).
-template <typename T> struct ring4;
-template <> struct ring4<float> {
-    typedef float4 unit;
-    static __device__ __forceinline__ float4 get(float4 v) { return v; }
-    static __device__ __forceinline__ float4 zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
-};
-template <> struct ring4<__nv_bfloat16> {
-    typedef uint2 unit;
-    static __device__ __forceinline__ float4 get(uint2 v) {
-        return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
-                           __uint_as_float(v.y & 0xffff0000u));
-    }
-    static __device__ __forceinline__ uint2 zero() { return make_uint2(0u, 0u); }
-};
 
 // ---- positions ----
 
@@ -59,36 +35,6 @@ extern "C" int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec
 }
 
 // ---- rotary embedding and ring store ----
-
-// Pair p of the d-wide q and k of query row r*steps + s is (2p, 2p+1), head p / (hd/2),
-// frequency index p % (hd/2); the angle is freq * position in f32 (mimi_rope). Rotates q and k
-// in place and stores k and v in the slot's ring (padding rows store nothing).
-static __device__ __forceinline__ void rope_pair(const struct op_attention &a, int r, int s, int p) {
-    const int d = a.d, slot = a.row_slot[r];
-    const size_t row = (size_t)r * a.steps + s;
-    int32_t pos = (slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride]) + s;
-    float angle = __fmul_rn(a.freq[p % (a.head_dim / 2)], (float)pos), c = cosf(angle), sn = sinf(angle);
-    float *q = a.qkv + row * 3 * d, *k = q + d, *v = q + 2 * d;
-    float re = q[2 * p], im = q[2 * p + 1];
-    q[2 * p] = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn));
-    q[2 * p + 1] = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
-    re = k[2 * p], im = k[2 * p + 1];
-    float k0 = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, sn)), k1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, c));
-    k[2 * p] = k0;
-    k[2 * p + 1] = k1;
-    if (slot < 0) return;
-    const size_t at = (size_t)(pos % a.ring) * d + 2 * p;
-    if (a.kv_bf16) {
-        slot_ring<__nv_bfloat162>(a.keys, a.slot_stride, slot)[at / 2] = __floats2bfloat162_rn(k0, k1);
-        slot_ring<__nv_bfloat162>(a.values, a.slot_stride, slot)[at / 2] = __floats2bfloat162_rn(v[2 * p], v[2 * p + 1]);
-        return;
-    }
-    float *keys = slot_ring<float>(a.keys, a.slot_stride, slot), *values = slot_ring<float>(a.values, a.slot_stride, slot);
-    keys[at] = k0;
-    keys[at + 1] = k1;
-    values[at] = v[2 * p];
-    values[at + 1] = v[2 * p + 1];
-}
 
 // One thread per (query row, pair).
 static __global__ void rope_kv_kernel(const struct op_attention a) {
@@ -244,59 +190,6 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 }
 
 // ---- attention, one pass (head_dim 64: every Mimi and Pocket transformer) ----
-
-// One round of the one-pass kernel: four keys (kv, with positions pk, -1 for none) and their
-// value rows (vv) folded into each step's running maximum m, sum l and weighted sum acc. Step s
-// of the block has position pos + s. A half-warp holds a key as 16 float4 (li: this lane's), so
-// a dot product is a sum over the half's lanes. The four dots are summed transposed: after the
-// xor-8 exchange a lane keeps two keys' sums, after xor-4 one (key 2*b3 + b2 of li's bits), and
-// xor-2 and xor-1 finish it; each pair is added in the same order as four separate butterflies
-// would, with 5 shuffles instead of 16. The lane then takes the exponential of its key alone and
-// the half shares the four weights. Against four full butterflies per key the results moved by
-// rounding only (the compiler contracts the products differently; golden PCM rel. L2 1.848e-6
-// -> 1.850e-6), and at 2048 streams f32 attention took 4.81 -> 4.64 ms per step, bf16 3.52 -> 3.22.
-template <int MAXS>
-static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], const float4 (&kv)[4],
-                                                     const float4 (&vv)[4], const int32_t (&pk)[4], int steps,
-                                                     int32_t pos, int context, float scale, int lane,
-                                                     float4 (&acc)[MAXS], float (&m)[MAXS], float (&l)[MAXS]) {
-    const bool b3 = lane & 8, b2 = lane & 4;
-    const int32_t pkey = b3 ? (b2 ? pk[3] : pk[2]) : (b2 ? pk[1] : pk[0]);  // this lane's key's position
-    const int src = lane & 16;                                               // key u's lane: src + 4u
-#pragma unroll
-    for (int s = 0; s < MAXS; s++) {
-        if (s >= steps) break;
-        float d[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) d[u] = q[s].x * kv[u].x + q[s].y * kv[u].y + q[s].z * kv[u].z + q[s].w * kv[u].w;
-        const float r0 = __shfl_xor_sync(0xffffffffu, b3 ? d[0] : d[2], 8);
-        const float r1 = __shfl_xor_sync(0xffffffffu, b3 ? d[1] : d[3], 8);
-        const float e0 = (b3 ? d[2] : d[0]) + r0, e1 = (b3 ? d[3] : d[1]) + r1;
-        float dot = (b2 ? e1 : e0) + __shfl_xor_sync(0xffffffffu, b2 ? e0 : e1, 4);
-        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-        const int32_t age = pos + s - pkey;
-        const float sc = pkey >= 0 && age >= 0 && age < context ? dot * scale : -INFINITY;
-        float mk = fmaxf(sc, __shfl_xor_sync(0xffffffffu, sc, 4));
-        mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, 8));
-        const float mx = fmaxf(m[s], mk);
-        // nothing visible yet in this half: no change (selects, no branch around the shuffles)
-        const bool any = mx != -INFINITY;
-        const float c = any ? expf(m[s] - mx) : 1.0f;
-        const float pl = any ? expf(sc - mx) : 0.0f;
-        float4 ac = make_float4(acc[s].x * c, acc[s].y * c, acc[s].z * c, acc[s].w * c);
-        float ls = l[s] * c;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const float p = __shfl_sync(0xffffffffu, pl, src + 4 * u);
-            ls += p;
-            ac.x += p * vv[u].x, ac.y += p * vv[u].y, ac.z += p * vv[u].z, ac.w += p * vv[u].w;
-        }
-        acc[s] = ac;
-        l[s] = ls;
-        m[s] = mx;
-    }
-}
 
 #define ATTF_WARPS 8
 // Blocks each SM must hold (0: no bound): with bfloat16 rings and two query steps per block,

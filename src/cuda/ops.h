@@ -267,6 +267,47 @@ int mimi_cuda_positions(const struct op_attention *a, struct gpu_exec *ex);
 // out = softmax(q k^T / sqrt(head_dim)) v per head over the window; with `rope`, rope_kv first.
 int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
 
+// ---- transformer.cu ----
+
+// Every layer of a transformer for a few rows (one stream's or a few streams' step) in one
+// persistent launch: one block per SM, the stages of a layer (LayerNorm + qkv with the rotation
+// and ring store; attention and out-projection, a block per (row, head); residual + LayerNorm +
+// linear1 + GELU; linear2) separated by grid-wide barriers, each block loading its next stage's
+// weights while it waits. It computes what the unfused ops compute (plan.c's plan_transformer
+// for small steps: positions, the layers, the residual adds), in f32 in every precision mode:
+// out (d, rows) = transformer(in (d, rows)), rows = R * steps.
+// The launch is cooperative (all blocks resident together). `barrier` (2 counters) is zero
+// before and after.
+#define GPU_TR_MAX_ROWS 8
+#define GPU_TR_MAX_STEPS 2
+#define GPU_TR_MAX_FLOATS 16384  // rows * max(d, d_ff): the block's copy of a stage's input
+#define GPU_TR_MAX_D 512         // a block stages its head's (d, head_dim) out-projection columns
+#define GPU_TR_MAX_HEADS 8
+struct op_tr_layer {
+    const float *norm1_w, *norm1_b, *in_proj, *out_proj, *norm2_w, *norm2_b, *linear1, *linear2, *scale1, *scale2;
+    void *keys, *values;  // slot 0's rings of this layer
+};
+struct op_transformer {
+    const float *in;   // (d, rows)
+    float *out;        // (d, rows)
+    struct op_attention att;  // qkv, positions, sizes (keys, values and out unused)
+    const struct op_tr_layer *layers;  // (n_layers), host memory owned by the plan
+    int n_layers, d_ff;
+    float *x[2], *y, *ff;  // residual stream (rows, d) twice, branch output (rows, d), (rows, d_ff)
+    float *part;           // (n_heads, rows, d): the heads' parts of the out-projection
+    uint32_t *barrier;
+    float eps;             // the LayerNorms'
+};
+#define GPU_TR_MAX_LAYERS 16
+// Whether the persistent form covers a transformer of these sizes for `rows` = R * steps rows.
+static inline int gpu_transformer_fits(int rows, int steps, int d, int d_ff, int head_dim, int n_layers) {
+    const int wide = d > d_ff ? d : d_ff;
+    return rows <= GPU_TR_MAX_ROWS && steps <= GPU_TR_MAX_STEPS && head_dim == GPU_ATT_ONEPASS_HD &&
+           d % 128 == 0 && d <= GPU_TR_MAX_D && d / head_dim <= GPU_TR_MAX_HEADS && d_ff % 128 == 0 && rows * wide <= GPU_TR_MAX_FLOATS &&
+           n_layers <= GPU_TR_MAX_LAYERS;
+}
+int mimi_cuda_transformer(const struct op_transformer *a, struct gpu_exec *ex);
+
 // ---- rvq.cu ----
 
 // codes[r * code_stride] = argmin_j norms[j] - 2 scores[r, j] (lowest index on ties); when

@@ -294,6 +294,11 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_latent = take(&s, maxz(d, (size_t)L->frame_dim) * CF);
     L->sc_conv_part = take(&s, GPU_CONV_PART_FLOATS);
     L->sc_conv_counters = take(&s, GPU_CONV_COUNTERS);
+    const int tr_rows = capacity < GPU_TR_MAX_ROWS / L->steps ? capacity : GPU_TR_MAX_ROWS / L->steps;
+    if (gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
+        L->sc_tr_part = take(&s, (size_t)tr->n_heads * tr_rows * L->steps * L->d);
+        L->sc_tr_barrier = take(&s, 2);
+    }
     if (codes) {
         L->sc_r = take(&s, CF * q->dim);
         L->sc_scores = take(&s, CF * q->bins);
@@ -540,6 +545,29 @@ static void ln_into(struct op_gemm *g, const float *x, const float *y, const flo
     g->ln_eps = 1e-5f;
 }
 
+// Small steps: the whole transformer as one persistent op (transformer.cu); `base` carries the
+// attention's buffers and sizes.
+static void plan_transformer_persistent(struct builder *B, const struct transformer *t, const struct gpu_layer_w *lw,
+                                        const struct op_attention *base, const float *in, float *out) {
+    const struct gpu_layout *L = B->L;
+    struct gpu_plan *p = B->p;
+    if (!B->rc && !p->tr_layers) {
+        p->tr_layers = calloc((size_t)t->n_layers, sizeof *p->tr_layers);
+        if (!p->tr_layers) B->rc = MIMI_ENOMEM;
+    }
+    if (B->rc) return;
+    for (int l = 0; l < t->n_layers; l++) {
+        const struct gpu_layer_w *w = &lw[l];
+        p->tr_layers[l] = (struct op_tr_layer){w->norm1_w, w->norm1_b, w->in_proj, w->out_proj, w->norm2_w, w->norm2_b,
+                                               w->linear1, w->linear2, w->scale1, w->scale2,
+                                               state(B, L->st_keys[l]), state(B, L->st_values[l])};
+    }
+    struct op_transformer *o = &emit(B, GOP_TRANSFORMER, "transformer")->u.transformer;
+    *o = (struct op_transformer){in, out, *base, p->tr_layers, t->n_layers, t->d_ff,
+                                 {scratch(B, L->sc_x), scratch(B, L->sc_x2)}, scratch(B, L->sc_y), scratch(B, L->sc_ff),
+                                 scratch(B, L->sc_tr_part), (uint32_t *)scratch(B, L->sc_tr_barrier), 1e-5f};
+}
+
 // in (d, R*steps) -> out (d, R*steps) through every layer, with the slots' KV rings. Small steps
 // (the linears on the skinny kernel) fold each residual add and LayerNorm into the next linear;
 // the residual stream then alternates between two buffers, since the linear's blocks all read it
@@ -554,6 +582,10 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
     struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
                                 B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
                                 t->head_dim, L->ring, t->context, 1, L->kv_bf16};
+    if (L->sc_tr_barrier && gpu_transformer_fits(rows, L->steps, d, ff, t->head_dim, t->n_layers)) {
+        plan_transformer_persistent(B, t, lw, &base, in, out);
+        return;
+    }
     emit(B, GOP_POSITIONS, "positions")->u.attention = base;
     int cur = 0;  // xs[cur] holds the residual stream
     transpose(B, in, xs[cur], d, rows);
@@ -706,5 +738,6 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_layout *L, const struct 
 void gpu_plan_free(struct gpu_plan *p) {
     if (!p) return;
     free(p->ops);
+    free(p->tr_layers);
     memset(p, 0, sizeof *p);
 }

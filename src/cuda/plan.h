@@ -74,6 +74,7 @@ struct gpu_layout {
     size_t sc_stage, sc_out, sc_act[2], sc_res[2], sc_col, sc_taps;
     size_t sc_x, sc_x2, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
     size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum, sc_conv_part, sc_conv_counters;
+    size_t sc_tr_part, sc_tr_barrier;  // the persistent transformer's (small steps)
 };
 
 // Sizes state and scratch for a batch whose step advances each row by `frames` frames (steps,
@@ -90,7 +91,7 @@ size_t gpu_stage_input_offset(int R);
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
-    GOP_RESBLOCK,
+    GOP_RESBLOCK, GOP_TRANSFORMER,
 };
 
 struct gpu_op {
@@ -111,6 +112,7 @@ struct gpu_op {
         struct op_argmin argmin;
         struct op_gather gather;
         struct op_resblock resblock;
+        struct op_transformer transformer;
     } u;
 };
 
@@ -127,6 +129,7 @@ struct gpu_plan {
     const float *taps[GPU_N_TAPS];  // (channels, R * steps) each
     const char *tap_names[GPU_N_TAPS];
     int tap_channels[GPU_N_TAPS], tap_steps[GPU_N_TAPS];
+    struct op_tr_layer *tr_layers;  // the layers a GOP_TRANSFORMER op reads (owned)
 };
 
 // Builds the step for R rows (R <= capacity) over `state` (capacity slot blocks) and `scratch`.

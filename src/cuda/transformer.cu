@@ -1,0 +1,562 @@
+/*
+ * transformer.cu - a whole transformer (every layer, spec 3.3 and 5.4) for a small step in one
+ * persistent launch (ops.h, struct op_transformer).
+ *
+ * One stream's step is a chain of about 40 dependent products and attentions, each a few
+ * microseconds of weights; launched one by one, each pays its launch, its first memory round
+ * trip and its drain. Here one block per SM walks the chain: the stages of a layer are
+ * separated by grid-wide barriers, and each block requests its slice of the next stage's
+ * weights into registers between arriving and waiting, so they stream while the chip
+ * synchronises.
+ *
+ * Stages of layer l (S = R * steps rows, d model width, f feed-forward width):
+ *   1. h = LN1(x) (x += scale2 * y of layer l-1 first); qkv rows of this block = h . in_proj^T;
+ *      q and k rotated, q stored, k and v stored into the slots' rings;
+ *   2. a block per (row, head, quarter of d): softmax attention over the ring (the one-pass
+ *      arithmetic of attention.cu), then the quarter's rows of out_proj's head columns applied
+ *      to the head's output -> that head's part of y;
+ *   3. x += scale1 * (sum of the heads' parts, in head order); h = LN2(x); this block's rows of
+ *      gelu(h . linear1^T) -> ff;
+ *   4. its rows of ff . linear2^T -> y.
+ * Then out = x + scale2 * y (transposed to (d, S)). Every block computes the LayerNorms itself
+ * (a few KB from L2) instead of waiting for one more barrier; block 0 stores the residual
+ * stream, which alternates between two buffers as in plan.c's folded linears. The numerics are
+ * those of the unfused ops (f32 products, LayerNorm statistics in double, every f32 step of the
+ * residual and the norm rounded separately), except that the out-projection is summed by heads.
+ *
+ * On an H200 (132 blocks) a stage takes 2-5 us and a barrier about 1 us: one stream's
+ * transformer went from 388 us of separately launched ops (eager) to about 200 us, 2 and 4
+ * streams' from 472 and 622 us to 332 and 427 us. Tried and dropped, each slower: the next
+ * layer's weights or the rings requested into L2 ahead (the requests delay the waits), a flag
+ * per block instead of one counter, and items of 16 ring entries merged by every block.
+ */
+#include <stdint.h>
+
+#include "attention.cuh"
+
+#define TR_THREADS 512
+#define TR_WARPS (TR_THREADS / 32)
+#define TR_MAX_PARTS GPU_TR_MAX_HEADS
+
+// How a linear (J outputs, K inputs, weights (J, K) row-major) is spread: each block takes
+// `rows` consecutive outputs (even, so that a rotated pair stays in one block), `split` warps
+// per output, each a contiguous `per` = K / split inputs (a multiple of 128: a float4 per lane).
+struct tr_lin {
+    int J, K, rows, split, per;
+};
+
+struct tr_args {
+    struct op_transformer t;
+    struct op_tr_layer layers[GPU_TR_MAX_LAYERS];
+    struct tr_lin qkv, ff1, ff2;
+    int split_wo;  // blocks per (row, head) in stage 2, each d / split_wo out-projection rows
+    int units;   // the most (output, warp) units of one block in any linear
+};
+
+// ---- grid barrier ----
+
+// A grid-wide barrier in two halves, so that a block's loads for the next stage are issued
+// between them and stream while it waits: arrive after the stage's writes (the release makes
+// them, ordered before it by the block barrier, visible to every block that acquires), then
+// wait until the n-th barrier of the launch has n * gridDim.x arrivals on barrier[0]. A release
+// waits for the arriving thread's outstanding memory operations, so no load the stage does not
+// need is issued before it. (One flag per block instead of the shared counter, each waiter
+// acquiring every flag, measured 1.6-2.1 us per barrier against 1.0-1.3.)
+static __device__ __forceinline__ void grid_arrive(uint32_t *barrier) {
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(barrier) : "memory");
+}
+
+static __device__ __forceinline__ void grid_wait(const uint32_t *barrier, unsigned n) {
+    if (threadIdx.x == 0) {
+        const unsigned target = n * gridDim.x;
+        unsigned v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(barrier) : "memory");
+        } while (v < target);
+    }
+    __syncthreads();
+}
+
+// ---- linears ----
+
+static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+// This warp's unit in block blockIdx.x (its first, when a block has more units than warps):
+// output row and input part; false when the warp has none.
+static __device__ __forceinline__ bool tr_unit(const struct tr_lin &L, int u, int *row, int *part) {
+    const int row0 = blockIdx.x * L.rows, n = min(L.rows, L.J - row0);
+    if (n <= 0 || u >= n * L.split) return false;
+    *row = row0 + u / L.split;
+    *part = u % L.split;
+    return true;
+}
+
+// The first 4 float4 per lane of this warp's first unit of W, into registers (zeros past it:
+// every element is written, so the registers' earlier values are dead across the stage before).
+static __device__ __forceinline__ void tr_load(const struct tr_lin &L, const float *W, float4 (&v)[4]) {
+    int row = 0, part = 0;
+    const bool mine = tr_unit(L, threadIdx.x / 32, &row, &part);
+    const float4 *w = (const float4 *)(W + (size_t)row * L.K + (size_t)part * L.per) + threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < 4; u++) v[u] = mine && 128 * u < L.per ? w[32 * u] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+// outv[i * S + s] = sum_k W[row0 + i, k] hs[s, k] for the block's rows i; v holds the first
+// unit's first weights (tr_load). Parts of one output are summed in part order.
+template <int MAXS>
+static __device__ void tr_linear(const struct tr_lin &L, const float *W, const float *hs, int S,
+                                 const float4 (&v)[4], float *red, float *outv) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K4 = L.K / 4;
+    const int row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0));
+    for (int u = warp; u < n * L.split; u += TR_WARPS) {
+        int row, part;
+        tr_unit(L, u, &row, &part);
+        const float4 *w = (const float4 *)(W + (size_t)row * L.K + (size_t)part * L.per) + lane;
+        const float4 *x = (const float4 *)hs + part * (L.per / 4) + lane;
+        float acc[MAXS];
+#pragma unroll
+        for (int s = 0; s < MAXS; s++) acc[s] = 0.0f;
+        for (int c = 0; c < L.per / 4; c += 128) {  // 4 float4 per lane and round
+            float4 wv[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                wv[k] = c == 0 && u == warp ? v[k] : c + 32 * k < L.per / 4 ? w[c + 32 * k] : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int s = 0; s < MAXS; s++) {
+                if (s >= S) break;
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    if (c + 32 * k < L.per / 4) acc[s] += dot4(wv[k], x[(size_t)s * K4 + c + 32 * k]);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < MAXS; s++) {
+            if (s >= S) break;
+            float a = acc[s];
+            for (int off = 16; off; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+            if (lane == 0) red[u * S + s] = a;
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < n * S; e += blockDim.x) {
+        const int i = e / S, s = e - i * S;
+        float a = 0.0f;
+        for (int k = 0; k < L.split; k++) a += red[(i * L.split + k) * S + s];
+        outv[e] = a;
+    }
+    __syncthreads();
+}
+
+// ---- LayerNorm ----
+
+static __device__ __forceinline__ double warp_sum_d(double v) {
+    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// hs (S, d) = LayerNorm(x_new) * w + b, x_new[s, i] = x[s * xs + i * xi] (+ scale[i] * y[s, i]
+// when y is set, y the sum of `parts` (S, d) parts part_stride apart, in order), statistics in
+// double as norm.cu; block 0 stores x_new to x_out (S, d).
+template <int MAXS>
+static __device__ void tr_layernorm(const float *x, int xs, int xi, const float *y, int parts, size_t part_stride,
+                                    const float *scale, const float *w, const float *b, float eps, int S, int d,
+                                    float *hs, float *x_out) {
+    __shared__ double red[2][TR_WARPS][MAXS];
+    __shared__ float mean[MAXS], inv[MAXS];
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    // every row at once, so that the rows' loads and reductions overlap
+    double acc[MAXS];
+#pragma unroll
+    for (int s = 0; s < MAXS; s++) acc[s] = 0.0;
+    for (int i = t; i < d; i += blockDim.x) {
+#pragma unroll
+        for (int s = 0; s < MAXS; s++) {
+            if (s >= S) break;
+            float v = x[(size_t)s * xs + (size_t)i * xi];
+            if (y) {  // every part's load issued before the first add
+                float yp[TR_MAX_PARTS];
+#pragma unroll
+                for (int p = 0; p < TR_MAX_PARTS; p++)
+                    if (p < parts) yp[p] = y[p * part_stride + (size_t)s * d + i];
+                float ys = yp[0];
+#pragma unroll
+                for (int p = 1; p < TR_MAX_PARTS; p++)
+                    if (p < parts) ys = __fadd_rn(ys, yp[p]);
+                v = __fadd_rn(v, __fmul_rn(scale[i], ys));
+            }
+            hs[(size_t)s * d + i] = v;
+            acc[s] += v;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < MAXS; s++)
+        if (s < S) acc[s] = warp_sum_d(acc[s]);
+    if (lane == 0)
+        for (int s = 0; s < S; s++) red[0][warp][s] = acc[s];
+    __syncthreads();
+    double m[MAXS];
+#pragma unroll
+    for (int s = 0; s < MAXS; s++) {
+        m[s] = 0.0, acc[s] = 0.0;
+        if (s >= S) continue;
+        for (int k = 0; k < TR_WARPS; k++) m[s] += red[0][k][s];
+        m[s] /= d;
+    }
+    for (int i = t; i < d; i += blockDim.x) {
+#pragma unroll
+        for (int s = 0; s < MAXS; s++) {
+            if (s >= S) break;
+            const double e = (double)hs[(size_t)s * d + i] - m[s];
+            acc[s] += e * e;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < MAXS; s++)
+        if (s < S) acc[s] = warp_sum_d(acc[s]);
+    if (lane == 0)
+        for (int s = 0; s < S; s++) red[1][warp][s] = acc[s];
+    if (t < S) mean[t] = (float)m[t];
+    __syncthreads();
+    if (t < S) {
+        double q = 0.0;
+        for (int k = 0; k < TR_WARPS; k++) q += red[1][k][t];
+        inv[t] = (float)(1.0 / sqrt(q / d + (double)eps));
+    }
+    __syncthreads();
+    for (int i = t; i < d; i += blockDim.x)
+        for (int s = 0; s < S; s++) {
+            float *h = hs + (size_t)s * d + i;
+            const float v = *h;
+            if (blockIdx.x == 0 && x_out) x_out[(size_t)s * d + i] = v;
+            *h = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v, mean[s]), inv[s]), w[i]), b[i]);
+        }
+    __syncthreads();
+}
+
+// ---- attention ----
+
+// Stage 1's end: the block's qkv outputs (pairs of rows), q and k rotated (rope_pair's
+// arithmetic), q into a.qkv, k and v into the rings of non-padding rows.
+template <typename T>
+static __device__ void tr_store_qkv(const struct op_attention &a, const struct op_tr_layer &w,
+                                    const struct tr_lin &L, const float *outv) {
+    const int d = a.d, S = a.R * a.steps, row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0));
+    for (int e = threadIdx.x; e < n / 2 * S; e += blockDim.x) {
+        const int i = e / S * 2, sr = e % S, j = row0 + i, seg = j / d, c = j % d;
+        const int r = sr / a.steps, st = sr % a.steps, slot = a.row_slot[r];
+        const int32_t pos = (slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride]) + st;
+        float v0 = outv[i * S + sr], v1 = outv[(i + 1) * S + sr];
+        if (seg < 2) {
+            const float angle = __fmul_rn(a.freq[(c / 2) % (a.head_dim / 2)], (float)pos);
+            const float cs = cosf(angle), sn = sinf(angle), re = v0, im = v1;
+            v0 = __fsub_rn(__fmul_rn(re, cs), __fmul_rn(im, sn));
+            v1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, cs));
+        }
+        if (seg == 0) {
+            float *q = a.qkv + (size_t)sr * 3 * d + c;
+            q[0] = v0;
+            q[1] = v1;
+        } else if (slot >= 0) {
+            void *ring = seg == 1 ? w.keys : w.values;
+            const size_t at = (size_t)(pos % a.ring) * d + c;
+            if (sizeof(T) == 2) {
+                slot_ring<__nv_bfloat162>(ring, a.slot_stride, slot)[at / 2] = __floats2bfloat162_rn(v0, v1);
+            } else {
+                float *f = slot_ring<float>(ring, a.slot_stride, slot) + at;
+                f[0] = v0;
+                f[1] = v1;
+            }
+        }
+    }
+}
+
+// out_proj's columns of head h, (d, 64) rows padded to TR_WO floats, toward shared memory
+// (cp.async; stage 2 waits for them). Issued by the blocks that attend, before they wait.
+#define TR_WO (GPU_ATT_ONEPASS_HD + 4)
+static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, int rows, float *wo) {
+    const int per_row = GPU_ATT_ONEPASS_HD / 4;
+    for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
+        const int j = j0 + e / per_row, k = e % per_row;
+        const float *src = out_proj + (size_t)j * d + (size_t)h * GPU_ATT_ONEPASS_HD + 4 * k;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(wo + (size_t)(j - j0) * TR_WO + 4 * k);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Stage 2: blocks b < R * n_heads * split attend, `split` of them for each row r and head h
+// (b = (r * n_heads + h) * split + k; its warps take consecutive shares of the ring, a half-warp
+// per key as the one-pass kernel, the halves and warps merged in a fixed order), and block k
+// projects the head's output through out_proj rows [k d / split, (k + 1) d / split) of the
+// head's columns (wo, staged by tr_stage_wo): ypart[h] rows r * steps + s, (d) each. The
+// out-projection is the sum of the heads' parts, added in head order by the next stage.
+template <typename T>
+static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split,
+                                 const float *wo, float *ypart) {
+    typedef typename ring4<T>::unit unit;
+    __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
+    __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
+    __shared__ float4 att[GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
+    const int rh = blockIdx.x / split, r = rh / a.n_heads, h = rh % a.n_heads, d = a.d, d4 = d / 4, steps = a.steps;
+    const int rows = d / split, j0 = blockIdx.x % split * rows;
+    if (r >= a.R) return;
+    const int slot = a.row_slot[r];
+    float4 q[GPU_TR_MAX_STEPS], acc[GPU_TR_MAX_STEPS];
+    float m[GPU_TR_MAX_STEPS], l[GPU_TR_MAX_STEPS];
+#pragma unroll
+    for (int s = 0; s < GPU_TR_MAX_STEPS; s++) {
+        q[s] = s < steps ? *((const float4 *)(a.qkv + ((size_t)r * steps + s) * 3 * d + (size_t)h * GPU_ATT_ONEPASS_HD) + li)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        acc[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        m[s] = -INFINITY;
+        l[s] = 0.0f;
+    }
+    if (slot >= 0) {
+        const size_t base = (size_t)slot * a.slot_stride;
+        const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
+        const unit *keys = (const unit *)(slot_ring<T>(w.keys, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
+        const unit *values = (const unit *)(slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
+        const int share = (a.ring + TR_WARPS - 1) / TR_WARPS;
+        const int j_begin = warp * share, j_end = min(a.ring, j_begin + share);
+        // a round: keys j0 + 2u + half (u < 4), loaded one round ahead
+        unit kr[4], vr[4];
+        int32_t pr[4];
+        auto load = [&](int j0) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int j = j0 + 2 * u + half;
+                const bool in = j < j_end;
+                kr[u] = in ? keys[(size_t)j * d4] : ring4<T>::zero();
+                vr[u] = in ? values[(size_t)j * d4] : ring4<T>::zero();
+                pr[u] = in ? positions[j] : -1;
+            }
+        };
+        load(j_begin);
+        for (int j0 = j_begin; j0 < j_end; j0 += 8) {
+            float4 kv[4], vv[4];
+            int32_t pk[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) kv[u] = ring4<T>::get(kr[u]), vv[u] = ring4<T>::get(vr[u]), pk[u] = pr[u];
+            if (j0 + 8 < j_end) load(j0 + 8);
+            onepass_round<GPU_TR_MAX_STEPS>(q, kv, vv, pk, steps, pos0, a.context, 1.0f / sqrtf((float)GPU_ATT_ONEPASS_HD),
+                                             lane, acc, m, l);
+        }
+    }
+    // the halves, then the warps in order (as the one-pass kernel)
+#pragma unroll
+    for (int s = 0; s < GPU_TR_MAX_STEPS; s++) {
+        if (s >= steps) break;
+        const float mo = __shfl_xor_sync(0xffffffffu, m[s], 16), lo = __shfl_xor_sync(0xffffffffu, l[s], 16);
+        float4 ao;
+        ao.x = __shfl_xor_sync(0xffffffffu, acc[s].x, 16);
+        ao.y = __shfl_xor_sync(0xffffffffu, acc[s].y, 16);
+        ao.z = __shfl_xor_sync(0xffffffffu, acc[s].z, 16);
+        ao.w = __shfl_xor_sync(0xffffffffu, acc[s].w, 16);
+        const float mm = fmaxf(m[s], mo);
+        const float c0 = mm == -INFINITY ? 0.0f : expf(m[s] - mm), c1 = mm == -INFINITY ? 0.0f : expf(mo - mm);
+        if (half == 0) {
+            if (li == 0) sm_m[warp][s] = mm, sm_l[warp][s] = l[s] * c0 + lo * c1;
+            sm_acc[warp][s][li] = make_float4(acc[s].x * c0 + ao.x * c1, acc[s].y * c0 + ao.y * c1,
+                                              acc[s].z * c0 + ao.z * c1, acc[s].w * c0 + ao.w * c1);
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < steps * (GPU_ATT_ONEPASS_HD / 4); e += blockDim.x) {
+        const int s = e / (GPU_ATT_ONEPASS_HD / 4), i4 = e % (GPU_ATT_ONEPASS_HD / 4);
+        float mm = -INFINITY;
+        for (int k = 0; k < TR_WARPS; k++) mm = fmaxf(mm, sm_m[k][s]);
+        float sum = 0.0f;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (mm != -INFINITY)
+            for (int k = 0; k < TR_WARPS; k++) {
+                const float c = expf(sm_m[k][s] - mm);
+                const float4 v = sm_acc[k][s][i4];
+                sum += sm_l[k][s] * c;
+                o.x += v.x * c, o.y += v.y * c, o.z += v.z * c, o.w += v.w * c;
+            }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a padding row attends to nothing: zeros
+        att[s][i4] = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    // ypart[h][r * steps + s][j] = wo[j] . att[s]
+    const size_t S = (size_t)a.R * steps;
+    for (int j = j0 + threadIdx.x; j < j0 + rows; j += blockDim.x) {
+        const float4 *wr = (const float4 *)(wo + (size_t)(j - j0) * TR_WO);
+        float y[GPU_TR_MAX_STEPS] = {};
+#pragma unroll
+        for (int k = 0; k < GPU_ATT_ONEPASS_HD / 4; k++) {
+            const float4 wk = wr[k];
+#pragma unroll
+            for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
+                if (s < steps) y[s] += dot4(wk, att[s][k]);
+        }
+        for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
+    }
+}
+
+// ---- the kernel ----
+
+// dst[s, row0 + i] (row stride ld) = outv[i * S + s], through GELU when `gelu`.
+static __device__ void tr_store_rows(const struct tr_lin &L, const float *outv, int S, float *dst, int ld, bool gelu) {
+    const int row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0));
+    for (int e = threadIdx.x; e < n * S; e += blockDim.x) {
+        const int i = e / S, s = e - i * S;
+        dst[(size_t)s * ld + row0 + i] = gelu ? gelu_f(outv[e]) : outv[e];
+    }
+}
+
+// MAXS: the most rows (2: one stream's step, whose registers it sizes; or GPU_TR_MAX_ROWS).
+template <typename T, int MAXS>
+static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const struct tr_args A) {
+    extern __shared__ float4 tr_smem[];
+    const struct op_transformer &t = A.t;
+    const struct op_attention &a = t.att;
+    const int d = a.d, f = t.d_ff, S = a.R * a.steps, n_layers = t.n_layers;
+    float *hs = (float *)tr_smem;                          // (S, max(d, f))
+    const size_t us = ((size_t)A.units * S + 3) & ~(size_t)3;
+    float *outv = hs + (size_t)S * (d > f ? d : f);        // (units, S)
+    float *red = outv + us;                                // (units, S)
+    float *wo = red + us;                                  // (d, TR_WO): stage 2's out_proj columns
+    unsigned stage = 0;  // barriers passed
+    float4 wv[4] = {};
+    tr_load(A.qkv, A.layers[0].in_proj, wv);
+    // the step's positions (positions_kernel's work; first read after a barrier)
+    if (blockIdx.x == 0)
+        for (int e = threadIdx.x; e < S; e += blockDim.x) {
+            const int r = e / a.steps, s = e % a.steps, slot = a.row_slot[r];
+            if (slot < 0) continue;
+            const int32_t pos = a.next_pos[(size_t)slot * a.slot_stride] + s;
+            a.positions[(size_t)slot * a.slot_stride + pos % a.ring] = pos;
+        }
+    int cur = 0;  // t.x[cur]: the residual stream
+    const bool attends = blockIdx.x < a.R * a.n_heads * A.split_wo;
+    const int wo_rows = d / A.split_wo;
+    const size_t ystride = (size_t)S * d;  // between the heads' parts of the out-projection
+    for (int l = 0; l < n_layers; l++) {
+        const struct op_tr_layer &w = A.layers[l];
+        // 1. LN1 (after x += scale2 * y of the layer before), qkv, rotation and ring store
+        if (l == 0) {
+            tr_layernorm<MAXS>(t.in, 1, S, NULL, 0, 0, NULL, w.norm1_w, w.norm1_b, t.eps, S, d, hs, t.x[0]);
+        } else {
+            tr_layernorm<MAXS>(t.x[cur], d, 1, t.y, 1, 0, A.layers[l - 1].scale2, w.norm1_w, w.norm1_b, t.eps, S, d, hs,
+                         t.x[cur ^ 1]);
+            cur ^= 1;
+        }
+        tr_linear<MAXS>(A.qkv, w.in_proj, hs, S, wv, red, outv);
+        tr_store_qkv<T>(a, w, A.qkv, outv);
+        grid_arrive(t.barrier);
+        if (attends)
+            tr_stage_wo(w.out_proj, d, blockIdx.x / A.split_wo % a.n_heads, blockIdx.x % A.split_wo * wo_rows, wo_rows, wo);
+        grid_wait(t.barrier, ++stage);
+        // 2. attention and out_proj, a block per (row, head) -> the heads' parts of y
+        tr_attend<T>(a, w, A.split_wo, wo, t.part);
+        grid_arrive(t.barrier);
+        tr_load(A.ff1, w.linear1, wv);
+        grid_wait(t.barrier, ++stage);
+        // 3. x += scale1 * y, LN2, gelu(linear1) -> ff
+        tr_layernorm<MAXS>(t.x[cur], d, 1, t.part, a.n_heads, ystride, w.scale1, w.norm2_w, w.norm2_b, t.eps, S, d, hs,
+                     t.x[cur ^ 1]);
+        cur ^= 1;
+        tr_linear<MAXS>(A.ff1, w.linear1, hs, S, wv, red, outv);
+        tr_store_rows(A.ff1, outv, S, t.ff, f, true);
+        grid_arrive(t.barrier);
+        tr_load(A.ff2, w.linear2, wv);
+        grid_wait(t.barrier, ++stage);
+        // 4. linear2 -> y
+        for (int e = threadIdx.x; e < S * f / 4; e += blockDim.x) ((float4 *)hs)[e] = ((const float4 *)t.ff)[e];
+        __syncthreads();
+        tr_linear<MAXS>(A.ff2, w.linear2, hs, S, wv, red, outv);
+        tr_store_rows(A.ff2, outv, S, t.y, d, false);
+        grid_arrive(t.barrier);
+        if (l + 1 < n_layers) tr_load(A.qkv, A.layers[l + 1].in_proj, wv);
+        grid_wait(t.barrier, ++stage);
+    }
+    // out (d, S) = x + scale2 * y of the last layer
+    const float *scale2 = A.layers[n_layers - 1].scale2, *x = t.x[cur];
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < S * d; e += gridDim.x * blockDim.x) {
+        const int s = e / d, c = e - s * d;
+        t.out[(size_t)c * S + s] = __fadd_rn(x[e], __fmul_rn(scale2[c], t.y[e]));
+    }
+    // the last block out zeroes the counters for the next launch (barrier[1] counts the blocks out)
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(t.barrier + 1, 1u) == gridDim.x - 1) {
+            t.barrier[0] = 0;
+            t.barrier[1] = 0;
+            __threadfence();
+        }
+    }
+}
+
+// ---- launch ----
+
+static struct tr_lin lin_for(int J, int K, int blocks) {
+    struct tr_lin L = {J, K, (J + blocks - 1) / blocks, 1, K};
+    L.rows += L.rows & 1;
+    while (L.rows * L.split * 2 <= TR_WARPS && (K / (L.split * 2)) % 128 == 0) L.split *= 2;
+    L.per = K / L.split;
+    return L;
+}
+
+static int lin_units(const struct tr_lin &L) { return L.rows * L.split; }
+
+template <typename T, int MAXS>
+static int launch(const struct tr_args &A, int blocks, size_t smem, struct gpu_exec *ex) {
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(transformer_kernel<T, MAXS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return launch_status(ex, "transformer (shared memory)");
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, transformer_kernel<T, MAXS>, TR_THREADS, smem) != cudaSuccess ||
+        per_sm < 1) {
+        cudaGetLastError();
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: a block of %zu bytes does not fit an SM", smem);
+        return MIMI_EDEVICE;
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(TR_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = STREAM(ex);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, transformer_kernel<T, MAXS>, A);
+    return launch_status(ex, "transformer");
+}
+
+extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_exec *ex) {
+    const struct op_attention *a = &t->att;
+    const int S = a->R * a->steps, d = a->d, f = t->d_ff;
+    if (!gpu_transformer_fits(S, a->steps, d, f, a->head_dim, t->n_layers) || t->n_layers < 1) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d do not fit", S, d, f);
+        return MIMI_EINVAL;
+    }
+    int device = 0, blocks = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        return launch_status(ex, "transformer (device)");
+    struct tr_args A = {};
+    A.t = *t;
+    for (int l = 0; l < t->n_layers; l++) A.layers[l] = t->layers[l];
+    A.split_wo = 1;
+    while (A.split_wo < 4 && a->R * a->n_heads * A.split_wo * 2 <= blocks && d % (A.split_wo * 2) == 0) A.split_wo *= 2;
+    if (a->R * a->n_heads > blocks || a->n_heads > GPU_TR_MAX_HEADS) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d x %d heads need more blocks than %d SMs", a->R, a->n_heads, blocks);
+        return MIMI_EINVAL;
+    }
+    A.qkv = lin_for(3 * d, d, blocks);
+    A.ff1 = lin_for(f, d, blocks);
+    A.ff2 = lin_for(d, f, blocks);
+    A.units = max(lin_units(A.qkv), max(lin_units(A.ff1), lin_units(A.ff2)));
+    const size_t us = ((size_t)A.units * S + 3) & ~(size_t)3;
+    const size_t smem = sizeof(float) * ((size_t)S * (d > f ? d : f) + 2 * us + (size_t)d / A.split_wo * TR_WO);
+    if (S <= 2) return a->kv_bf16 ? launch<__nv_bfloat16, 2>(A, blocks, smem, ex) : launch<float, 2>(A, blocks, smem, ex);
+    return a->kv_bf16 ? launch<__nv_bfloat16, GPU_TR_MAX_ROWS>(A, blocks, smem, ex)
+                      : launch<float, GPU_TR_MAX_ROWS>(A, blocks, smem, ex);
+}
