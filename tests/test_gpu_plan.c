@@ -423,6 +423,19 @@ static void emu_argmin(const struct op_argmin *a) {
     free(own);
 }
 
+// The chained levels as one argmin per level.
+static void emu_rvq_chain(const struct op_rvq_chain *c) {
+    for (int k = 0; k < c->levels; k++) {
+        struct op_argmin a = c->first;
+        a.book += (size_t)k * a.bins * a.dim;
+        a.norms += (size_t)k * a.bins;
+        a.codes += k;
+        a.scores = NULL;
+        a.query = a.residual;
+        emu_argmin(&a);
+    }
+}
+
 static void emu_gather(const struct op_gather *a) {
     for (int r = 0; r < a->R; r++) {
         const int32_t *c = a->codes + (size_t)r * a->n_cb;
@@ -461,6 +474,7 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_GATHER: emu_gather(&op->u.gather); break;
         case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
         case GOP_TRANSFORMER: emu_transformer(&op->u.transformer); break;
+        case GOP_RVQ_CHAIN: emu_rvq_chain(&op->u.rvq_chain); break;
         }
     }
 }
@@ -579,6 +593,8 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&dec.plans[2], GOP_TRANSFORMER), 1);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_ATTENTION), 0);
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_TRANSFORMER), 0);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_RVQ_CHAIN), 1);  // the acoustic levels
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_ARGMIN), 1);     // the semantic level
     struct mimi_batch *cenc, *cdec;
     cpu_pair(model, WIDE, &cenc, &cdec);
     int list[WIDE];

@@ -331,6 +331,20 @@ struct op_argmin {
 };
 int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
 
+// The levels of an acoustic chain one after another in one persistent cooperative launch (small
+// batches: R <= GPU_SKINNY_MAX rows, dim <= GPU_RVQ_MAX_DIM): level k is `first` with book +
+// k * bins * dim, norms + k * bins and codes + k, each level the fused form's arithmetic (the
+// same codes), the residual updated after each level. `part` holds 4 * GPU_RVQ_CHAIN_MAX_BLOCKS
+// * R floats; `barrier` (2 counters) is zero before and after.
+#define GPU_RVQ_CHAIN_MAX_BLOCKS 256
+struct op_rvq_chain {
+    struct op_argmin first;  // its residual (R, dim) is the query; scores, query, part, counter unused
+    int levels;
+    float *part;
+    uint32_t *barrier;
+};
+int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec *ex);
+
 // Decode lookup: e0[r] = book_0[codes[r, 0]], sum[r] = sum_{q >= 1} book_q[codes[r, q]]. Latent
 // row r belongs to step row r / frames; one holding a code outside [0, bins) makes that step row
 // padding (row_slot = -1), gets zeros and sets *error.

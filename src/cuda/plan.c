@@ -304,6 +304,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         L->sc_scores = take(&s, CF * q->bins);
         L->sc_part = take(&s, 2 * GPU_RVQ_BLOCKS * GPU_SKINNY_MAX);
         L->sc_counter = take(&s, 1);
+        L->sc_rvq_part = take(&s, 4 * (size_t)GPU_RVQ_CHAIN_MAX_BLOCKS * GPU_SKINNY_MAX);
+        L->sc_rvq_barrier = take(&s, 2);
         L->sc_e0 = take(&s, CF * q->dim);
         L->sc_sum = take(&s, CF * q->dim);
     }
@@ -640,6 +642,13 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
         // r (R, dim) = latent^T . in^T: the semantic level and the first acoustic level project
         if (k < 2) gemm(B, 1, 1, dim, R, D, k ? w->in_rest : w->in_first, D, latent, R, r, dim, 0.0f);
         const float *book = w->codebooks + (size_t)k * bins * dim;
+        if (fused && k == 1 && n_cb > 2) {  // the acoustic levels in one persistent launch
+            struct op_rvq_chain *c = &emit(B, GOP_RVQ_CHAIN, "rvq_chain")->u.rvq_chain;
+            *c = (struct op_rvq_chain){{NULL, w->norms + (size_t)k * bins, book, r, codes + k, n_cb, R, bins, dim, r,
+                                        NULL, NULL},
+                                       n_cb - 1, scratch(B, L->sc_rvq_part), (uint32_t *)scratch(B, L->sc_rvq_barrier)};
+            break;
+        }
         // scores (R, bins) = r . book^T; nearest entry; the acoustic levels subtract it
         if (!fused) gemm(B, 1, 0, bins, R, dim, book, dim, r, dim, scores, bins, 0.0f);
         struct op_argmin *a = &emit(B, GOP_ARGMIN, "argmin")->u.argmin;

@@ -75,6 +75,7 @@ struct gpu_layout {
     size_t sc_x, sc_x2, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
     size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum, sc_conv_part, sc_conv_counters;
     size_t sc_tr_part, sc_tr_barrier;  // the persistent transformer's (small steps)
+    size_t sc_rvq_part, sc_rvq_barrier;  // the persistent quantizer levels' (small steps)
 };
 
 // Sizes state and scratch for a batch whose step advances each row by `frames` frames (steps,
@@ -91,7 +92,7 @@ size_t gpu_stage_input_offset(int R);
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
-    GOP_RESBLOCK, GOP_TRANSFORMER,
+    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN,
 };
 
 struct gpu_op {
@@ -113,6 +114,7 @@ struct gpu_op {
         struct op_gather gather;
         struct op_resblock resblock;
         struct op_transformer transformer;
+        struct op_rvq_chain rvq_chain;
     } u;
 };
 

@@ -4,7 +4,7 @@
  * cuBLAS, matmul.cu, or here for small batches) with the residual update, the decode lookup and
  * sum, and the copy of codes that another component left in device memory.
  */
-#include "common.cuh"
+#include "grid.cuh"
 
 #define RVQ_THREADS 256
 
@@ -147,6 +147,118 @@ static int launch_argmin(const struct op_argmin *a, struct gpu_exec *ex) {
 }
 
 extern "C" int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex) { return launch_argmin(a, ex); }
+
+// ---- the acoustic levels of a small step in one persistent launch ----
+
+#define CHAIN_THREADS 512
+#define CHAIN_WARPS (CHAIN_THREADS / 32)
+
+// Level k (k < c.levels) of op_rvq_chain: every block holds the rows' residual in shared memory
+// and scores its bins (blockIdx.x + (warp + i * CHAIN_WARPS) * gridDim.x) exactly as
+// rvq_level_kernel does (a warp per bin, lanes over the entry, the same sums in the same
+// order), leaves its best (v, j) per row, and after a grid barrier every block picks the codes
+// from all blocks' candidates and subtracts the entries from its residual copy.
+template <int MAXR>
+static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(const struct op_rvq_chain c) {
+    __shared__ float res[MAXR * GPU_RVQ_MAX_DIM];
+    __shared__ float wv[CHAIN_WARPS][MAXR];
+    __shared__ int wj[CHAIN_WARPS][MAXR], code[MAXR];
+    const struct op_argmin &a = c.first;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x, dim = a.dim;
+    for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = a.residual[i];
+    __syncthreads();
+    unsigned stage = 0;
+    for (int k = 0; k < c.levels; k++) {
+        const float *book = a.book + (size_t)k * a.bins * dim, *norms = a.norms + (size_t)k * a.bins;
+        float bv[MAXR];
+        int bj[MAXR];
+#pragma unroll
+        for (int s = 0; s < MAXR; s++) bv[s] = INFINITY, bj[s] = a.bins;
+        for (int j = blockIdx.x + warp * G; j < a.bins; j += CHAIN_WARPS * G) {
+            const float *e = book + (size_t)j * dim;
+            float dot[MAXR];
+#pragma unroll
+            for (int s = 0; s < MAXR; s++) dot[s] = 0.0f;
+#pragma unroll 8
+            for (int i = lane; i < dim; i += 32) {
+                const float ei = e[i];
+#pragma unroll
+                for (int s = 0; s < MAXR; s++)
+                    if (s < R) dot[s] += ei * res[s * dim + i];
+            }
+#pragma unroll
+            for (int s = 0; s < MAXR; s++) {
+                if (s >= R) break;
+                float v = dot[s];
+                for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+                v = norms[j] - 2.0f * v;
+                if (better(v, j, bv[s], bj[s])) bv[s] = v, bj[s] = j;
+            }
+        }
+        if (lane == 0)
+            for (int s = 0; s < R; s++) wv[warp][s] = bv[s], wj[warp][s] = bj[s];
+        __syncthreads();
+        // this block's candidates, in the half of `part` of this level's parity
+        float *part_v = c.part + (size_t)(k & 1) * 2 * G * R;
+        int *part_j = (int *)part_v + (size_t)G * R;
+        if (threadIdx.x < R) {
+            const int s = threadIdx.x;
+            float v = INFINITY;
+            int j = a.bins;
+            for (int w = 0; w < CHAIN_WARPS; w++)
+                if (better(wv[w][s], wj[w][s], v, j)) v = wv[w][s], j = wj[w][s];
+            part_v[(size_t)blockIdx.x * R + s] = v;
+            part_j[(size_t)blockIdx.x * R + s] = j;
+        }
+        grid_arrive(c.barrier);
+        if (k + 1 < c.levels)  // the next level's bins of this warp toward L2
+            for (int j = blockIdx.x + warp * G; j < a.bins; j += CHAIN_WARPS * G)
+                prefetch_l2(book + (size_t)(a.bins + j) * dim, sizeof(float) * dim, lane, 32);
+        grid_wait(c.barrier, ++stage);
+        // a warp per row over the blocks' candidates: the (v, j) minimum is the same in any order
+        for (int s = warp; s < R; s += CHAIN_WARPS) {
+            float v = INFINITY;
+            int j = a.bins;
+            for (int b = lane; b < G; b += 32) {
+                const float pv = __ldcg(part_v + (size_t)b * R + s);
+                const int pj = __ldcg(part_j + (size_t)b * R + s);
+                if (better(pv, pj, v, j)) v = pv, j = pj;
+            }
+            for (int off = 16; off; off >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+                const int oj = __shfl_xor_sync(0xffffffffu, j, off);
+                if (better(ov, oj, v, j)) v = ov, j = oj;
+            }
+            if (lane == 0) {
+                code[s] = j < a.bins ? j : 0;  // all-NaN distances fall back to entry 0
+                if (blockIdx.x == 0) a.codes[(size_t)s * a.code_stride + k] = code[s];
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < R * dim; i += blockDim.x) {
+            const int s = i / dim;
+            res[i] = __fsub_rn(res[i], book[(size_t)code[s] * dim + i - s * dim]);
+        }
+        __syncthreads();
+    }
+    if (blockIdx.x == 0)
+        for (int i = threadIdx.x; i < R * dim; i += blockDim.x) a.residual[i] = res[i];
+    grid_exit(c.barrier);
+}
+
+extern "C" int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec *ex) {
+    const struct op_argmin *a = &c->first;
+    int blocks = grid_sms();
+    if (blocks > GPU_RVQ_CHAIN_MAX_BLOCKS) blocks = GPU_RVQ_CHAIN_MAX_BLOCKS;
+    if (!blocks) return launch_status(ex, "rvq chain (device)");
+    if (a->R > GPU_SKINNY_MAX || a->dim > GPU_RVQ_MAX_DIM || !a->residual || c->levels < 1) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "rvq chain: %d rows of %d do not fit", a->R, a->dim);
+        return MIMI_EINVAL;
+    }
+    if (a->R == 1) return grid_launch(rvq_chain_kernel<1>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+    if (a->R <= 4) return grid_launch(rvq_chain_kernel<4>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+    return grid_launch(rvq_chain_kernel<GPU_SKINNY_MAX>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+}
 
 // ---- decode lookup ----
 

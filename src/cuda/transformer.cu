@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "attention.cuh"
+#include "grid.cuh"
 
 #define TR_THREADS 512
 #define TR_WARPS (TR_THREADS / 32)
@@ -52,31 +53,6 @@ struct tr_args {
     int split_wo;  // blocks per (row, head) in stage 2, each d / split_wo out-projection rows
     int units;   // the most (output, warp) units of one block in any linear
 };
-
-// ---- grid barrier ----
-
-// A grid-wide barrier in two halves, so that a block's loads for the next stage are issued
-// between them and stream while it waits: arrive after the stage's writes (the release makes
-// them, ordered before it by the block barrier, visible to every block that acquires), then
-// wait until the n-th barrier of the launch has n * gridDim.x arrivals on barrier[0]. A release
-// waits for the arriving thread's outstanding memory operations, so no load the stage does not
-// need is issued before it. (One flag per block instead of the shared counter, each waiter
-// acquiring every flag, measured 1.6-2.1 us per barrier against 1.0-1.3.)
-static __device__ __forceinline__ void grid_arrive(uint32_t *barrier) {
-    __syncthreads();
-    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(barrier) : "memory");
-}
-
-static __device__ __forceinline__ void grid_wait(const uint32_t *barrier, unsigned n) {
-    if (threadIdx.x == 0) {
-        const unsigned target = n * gridDim.x;
-        unsigned v;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(barrier) : "memory");
-        } while (v < target);
-    }
-    __syncthreads();
-}
 
 // ---- linears ----
 
@@ -480,16 +456,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         const int s = e / d, c = e - s * d;
         t.out[(size_t)c * S + s] = __fadd_rn(x[e], __fmul_rn(scale2[c], t.y[e]));
     }
-    // the last block out zeroes the counters for the next launch (barrier[1] counts the blocks out)
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        if (atomicAdd(t.barrier + 1, 1u) == gridDim.x - 1) {
-            t.barrier[0] = 0;
-            t.barrier[1] = 0;
-            __threadfence();
-        }
-    }
+    grid_exit(t.barrier);
 }
 
 // ---- launch ----
@@ -504,32 +471,6 @@ static struct tr_lin lin_for(int J, int K, int blocks) {
 
 static int lin_units(const struct tr_lin &L) { return L.rows * L.split; }
 
-template <typename T, int MAXS>
-static int launch(const struct tr_args &A, int blocks, size_t smem, struct gpu_exec *ex) {
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(transformer_kernel<T, MAXS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-        return launch_status(ex, "transformer (shared memory)");
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, transformer_kernel<T, MAXS>, TR_THREADS, smem) != cudaSuccess ||
-        per_sm < 1) {
-        cudaGetLastError();
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: a block of %zu bytes does not fit an SM", smem);
-        return MIMI_EDEVICE;
-    }
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(TR_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = STREAM(ex);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, transformer_kernel<T, MAXS>, A);
-    return launch_status(ex, "transformer");
-}
-
 extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_exec *ex) {
     const struct op_attention *a = &t->att;
     const int S = a->R * a->steps, d = a->d, f = t->d_ff;
@@ -537,10 +478,8 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d do not fit", S, d, f);
         return MIMI_EINVAL;
     }
-    int device = 0, blocks = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return launch_status(ex, "transformer (device)");
+    const int blocks = grid_sms();
+    if (!blocks) return launch_status(ex, "transformer (device)");
     struct tr_args A = {};
     A.t = *t;
     for (int l = 0; l < t->n_layers; l++) A.layers[l] = t->layers[l];
@@ -556,7 +495,8 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
     A.units = max(lin_units(A.qkv), max(lin_units(A.ff1), lin_units(A.ff2)));
     const size_t us = ((size_t)A.units * S + 3) & ~(size_t)3;
     const size_t smem = sizeof(float) * ((size_t)S * (d > f ? d : f) + 2 * us + (size_t)d / A.split_wo * TR_WO);
-    if (S <= 2) return a->kv_bf16 ? launch<__nv_bfloat16, 2>(A, blocks, smem, ex) : launch<float, 2>(A, blocks, smem, ex);
-    return a->kv_bf16 ? launch<__nv_bfloat16, GPU_TR_MAX_ROWS>(A, blocks, smem, ex)
-                      : launch<float, GPU_TR_MAX_ROWS>(A, blocks, smem, ex);
+    void (*kernel)(const struct tr_args) =
+        S <= 2 ? (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, 2> : transformer_kernel<float, 2>)
+               : (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, GPU_TR_MAX_ROWS> : transformer_kernel<float, GPU_TR_MAX_ROWS>);
+    return grid_launch(kernel, blocks, TR_THREADS, smem, A, ex, "transformer");
 }
