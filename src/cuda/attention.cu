@@ -215,7 +215,7 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, 
     // this block's queries: steps s0 .. s0 + steps - 1 of the row
     const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * MAXS, steps = min(MAXS, a.steps - s0);
     const int d = a.d, ring = a.ring;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
+    const int warp = threadIdx.x / 32, li = threadIdx.x % 16;
     const int slot = a.row_slot[r];  // (set by the step's input copy, before any kernel)
     if (a.R <= GPU_SKINNY_MAX && slot >= 0)  // small steps: this head's share of the rings
         for (int j = threadIdx.x; j < ring; j += blockDim.x) {
@@ -242,7 +242,6 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, 
     const int32_t *positions = a.positions + base;
     const unit *keys = (const unit *)(slot_ring<T>(a.keys, a.slot_stride, slot) + (size_t)h * ATTF_HD) + li;
     const unit *values = (const unit *)(slot_ring<T>(a.values, a.slot_stride, slot) + (size_t)h * ATTF_HD) + li;
-    const int d4 = d / 4;
     const float scale = 1.0f / sqrtf((float)ATTF_HD);
     float4 q[MAXS], acc[MAXS];
     float m[MAXS], l[MAXS];
@@ -266,72 +265,14 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, 
     }
     const int share = (span + ATTF_WARPS - 1) / ATTF_WARPS;
     const int j_begin = warp * share, j_end = min(span, j_begin + share);
-    // a round: keys j0 + 2u + half (u < 4) of the span, their value rows and positions (-1 past
-    // the share)
-    unit kr[4], vr[4];
-    int32_t pr[4];
-    auto load = [&](int j0) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int j = j0 + 2 * u + half, e = lo + j < ring ? lo + j : lo + j - ring;
-            const bool in = j < j_end;
-            kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
-            vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
-            pr[u] = in ? positions[e] : -1;
-        }
-    };
-    if (PIPE) load(j_begin);
-    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
-        if (!PIPE) load(j0);
-        float4 kv[4], vv[4];
-        int32_t pk[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) kv[u] = ring4<T>::get(kr[u]), vv[u] = ring4<T>::get(vr[u]), pk[u] = pr[u];
-        if (PIPE && j0 + 8 < j_end) load(j0 + 8);  // in flight during this round's arithmetic
-        onepass_round<MAXS>(q, kv, vv, pk, steps, pos0 + s0, a.context, scale, lane, acc, m, l);
-    }
+    onepass_span<MAXS, T, PIPE>(keys, values, positions, lo, ring, j_begin, j_end, d / 4, q, steps, pos0 + s0, a.context,
+                                scale, acc, m, l);
     // merge the two halves of the warp, then the warps through shared memory
-#pragma unroll
-    for (int s = 0; s < MAXS; s++) {
-        if (s >= steps) break;
-        const float mo = __shfl_xor_sync(0xffffffffu, m[s], 16), lo = __shfl_xor_sync(0xffffffffu, l[s], 16);
-        float4 ao;
-        ao.x = __shfl_xor_sync(0xffffffffu, acc[s].x, 16);
-        ao.y = __shfl_xor_sync(0xffffffffu, acc[s].y, 16);
-        ao.z = __shfl_xor_sync(0xffffffffu, acc[s].z, 16);
-        ao.w = __shfl_xor_sync(0xffffffffu, acc[s].w, 16);
-        const float mm = fmaxf(m[s], mo);
-        // half 0 takes its own terms first, so both halves hold the same sums
-        const float c0 = mm == -INFINITY ? 0.0f : expf((half ? mo : m[s]) - mm);
-        const float c1 = mm == -INFINITY ? 0.0f : expf((half ? m[s] : mo) - mm);
-        const float l0 = half ? lo : l[s], l1 = half ? l[s] : lo;
-        const float4 a0 = half ? ao : acc[s], a1 = half ? acc[s] : ao;
-        if (half == 0) {
-            if (li == 0) {
-                sm_m[warp][s] = mm;
-                sm_l[warp][s] = l0 * c0 + l1 * c1;
-            }
-            sm_acc[warp][s][li] = make_float4(a0.x * c0 + a1.x * c1, a0.y * c0 + a1.y * c1, a0.z * c0 + a1.z * c1,
-                                              a0.w * c0 + a1.w * c1);
-        }
-    }
+    onepass_store_warp<MAXS>(steps, m, l, acc, sm_m[warp], sm_l[warp], sm_acc[warp][0]);
     __syncthreads();
     for (int t = threadIdx.x; t < steps * (ATTF_HD / 4); t += blockDim.x) {
         const int s = t / (ATTF_HD / 4), i4 = t % (ATTF_HD / 4);
-        float mm = -INFINITY;
-        for (int w = 0; w < ATTF_WARPS; w++) mm = fmaxf(mm, sm_m[w][s]);
-        float sum = 0.0f;
-        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (mm != -INFINITY) {
-            for (int w = 0; w < ATTF_WARPS; w++) {
-                const float c = expf(sm_m[w][s] - mm);
-                const float4 v = sm_acc[w][s][i4];
-                sum += sm_l[w][s] * c;
-                o.x += v.x * c, o.y += v.y * c, o.z += v.z * c, o.w += v.w * c;
-            }
-        }
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        *(float4 *)(out + (size_t)s * d + 4 * i4) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+        *(float4 *)(out + (size_t)s * d + 4 * i4) = onepass_merge_warps(ATTF_WARPS, MAXS, sm_m[0], sm_l[0], sm_acc[0][0], s, i4);
     }
 }
 

@@ -118,4 +118,94 @@ static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], co
     }
 }
 
+// One warp's walk of the one-pass softmax over ring entries [j_begin, j_end) of a span that
+// starts at entry lo (entry e = lo + j, wrapped at `ring`): a round takes keys j0 + 2u + half
+// (u < 4) with their value rows and positions (-1 past the share); with PIPE the next round's
+// loads are issued before this round's arithmetic. keys and values point at this lane's float4
+// of the head in slot's entry 0; entries are d4 units apart.
+template <int MAXS, typename T, bool PIPE>
+static __device__ __forceinline__ void onepass_span(const typename ring4<T>::unit *keys,
+                                                    const typename ring4<T>::unit *values, const int32_t *positions,
+                                                    int lo, int ring, int j_begin, int j_end, int d4,
+                                                    const float4 (&q)[MAXS], int steps, int32_t pos, int context,
+                                                    float scale, float4 (&acc)[MAXS], float (&m)[MAXS],
+                                                    float (&l)[MAXS]) {
+    typedef typename ring4<T>::unit unit;
+    const int lane = threadIdx.x % 32, half = lane >> 4;
+    unit kr[4], vr[4];
+    int32_t pr[4];
+    auto load = [&](int j0) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int j = j0 + 2 * u + half, e = lo + j < ring ? lo + j : lo + j - ring;
+            const bool in = j < j_end;
+            kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
+            vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
+            pr[u] = in ? positions[e] : -1;
+        }
+    };
+    if (PIPE) load(j_begin);
+    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
+        if (!PIPE) load(j0);
+        float4 kv[4], vv[4];
+        int32_t pk[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) kv[u] = ring4<T>::get(kr[u]), vv[u] = ring4<T>::get(vr[u]), pk[u] = pr[u];
+        if (PIPE && j0 + 8 < j_end) load(j0 + 8);  // in flight during this round's arithmetic
+        onepass_round<MAXS>(q, kv, vv, pk, steps, pos, context, scale, lane, acc, m, l);
+    }
+}
+
+// The two halves of a warp merged (half 0 takes its own terms first, so both halves hold the
+// same sums); half 0 stores step s's max, sum and weighted values at sm_m[s], sm_l[s] and
+// sm_acc[s * 16 + its lane]: this warp's row of the block's partials.
+template <int MAXS>
+static __device__ __forceinline__ void onepass_store_warp(int steps, const float (&m)[MAXS], const float (&l)[MAXS],
+                                                          const float4 (&acc)[MAXS], float *sm_m, float *sm_l,
+                                                          float4 *sm_acc) {
+    const int lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
+#pragma unroll
+    for (int s = 0; s < MAXS; s++) {
+        if (s >= steps) break;
+        const float mo = __shfl_xor_sync(0xffffffffu, m[s], 16), lo = __shfl_xor_sync(0xffffffffu, l[s], 16);
+        float4 ao;
+        ao.x = __shfl_xor_sync(0xffffffffu, acc[s].x, 16);
+        ao.y = __shfl_xor_sync(0xffffffffu, acc[s].y, 16);
+        ao.z = __shfl_xor_sync(0xffffffffu, acc[s].z, 16);
+        ao.w = __shfl_xor_sync(0xffffffffu, acc[s].w, 16);
+        const float mm = fmaxf(m[s], mo);
+        const float c0 = mm == -INFINITY ? 0.0f : expf((half ? mo : m[s]) - mm);
+        const float c1 = mm == -INFINITY ? 0.0f : expf((half ? m[s] : mo) - mm);
+        const float l0 = half ? lo : l[s], l1 = half ? l[s] : lo;
+        const float4 a0 = half ? ao : acc[s], a1 = half ? acc[s] : ao;
+        if (half == 0) {
+            if (li == 0) {
+                sm_m[s] = mm;
+                sm_l[s] = l0 * c0 + l1 * c1;
+            }
+            sm_acc[s * (GPU_ATT_ONEPASS_HD / 4) + li] = make_float4(a0.x * c0 + a1.x * c1, a0.y * c0 + a1.y * c1,
+                                                                    a0.z * c0 + a1.z * c1, a0.w * c0 + a1.w * c1);
+        }
+    }
+}
+
+// Step s's output, dims 4 i4 .. 4 i4 + 3, from n_warps warps' partials (onepass_store_warp's
+// rows, `maxs` steps each) merged in warp order; zeros when no key was visible.
+static __device__ __forceinline__ float4 onepass_merge_warps(int n_warps, int maxs, const float *sm_m, const float *sm_l,
+                                                             const float4 *sm_acc, int s, int i4) {
+    float mm = -INFINITY;
+    for (int w = 0; w < n_warps; w++) mm = fmaxf(mm, sm_m[w * maxs + s]);
+    float sum = 0.0f;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (mm != -INFINITY)
+        for (int w = 0; w < n_warps; w++) {
+            const float c = expf(sm_m[w * maxs + s] - mm);
+            const float4 v = sm_acc[(w * maxs + s) * (GPU_ATT_ONEPASS_HD / 4) + i4];
+            sum += sm_l[w * maxs + s] * c;
+            o.x += v.x * c, o.y += v.y * c, o.z += v.z * c, o.w += v.w * c;
+        }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    return make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+}
+
 #endif

@@ -52,76 +52,95 @@ static __global__ void argmin_kernel(const struct op_argmin a) {
 
 #define RVQ_WARPS (RVQ_THREADS / 32)
 
+// This block's best (v, j) per row: bins first, first + step, ... scored against the rows'
+// queries qs (R, dim) in shared memory, a warp per bin and a lane per 32nd of the entry, the
+// warps' bests then kept in warp order; threads s < R store row s's into part_v / part_j at
+// blockIdx.x * R + s. wv and wj: a (warps, MAXR) scratch in shared memory.
+template <int MAXR>
+static __device__ void score_bins(const float *book, const float *norms, int bins, int dim, const float *qs, int R,
+                                  int first, int step, float *wv, int *wj, float *part_v, int *part_j) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    float bv[MAXR];
+    int bj[MAXR];
+#pragma unroll
+    for (int s = 0; s < MAXR; s++) bv[s] = INFINITY, bj[s] = bins;
+    for (int j = first; j < bins; j += step) {
+        const float *e = book + (size_t)j * dim;
+        float dot[MAXR];
+#pragma unroll
+        for (int s = 0; s < MAXR; s++) dot[s] = 0.0f;
+#pragma unroll 8
+        for (int i = lane; i < dim; i += 32) {
+            const float ei = e[i];
+#pragma unroll
+            for (int s = 0; s < MAXR; s++)
+                if (s < R) dot[s] += ei * qs[s * dim + i];
+        }
+#pragma unroll
+        for (int s = 0; s < MAXR; s++) {
+            if (s >= R) break;
+            float v = dot[s];
+            for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            v = norms[j] - 2.0f * v;
+            if (better(v, j, bv[s], bj[s])) bv[s] = v, bj[s] = j;
+        }
+    }
+    if (lane == 0)
+        for (int s = 0; s < R; s++) wv[warp * MAXR + s] = bv[s], wj[warp * MAXR + s] = bj[s];
+    __syncthreads();
+    if (threadIdx.x < R) {
+        const int s = threadIdx.x;
+        float v = INFINITY;
+        int j = bins;
+        for (int w = 0; w < warps; w++)
+            if (better(wv[w * MAXR + s], wj[w * MAXR + s], v, j)) v = wv[w * MAXR + s], j = wj[w * MAXR + s];
+        part_v[(size_t)blockIdx.x * R + s] = v;
+        part_j[(size_t)blockIdx.x * R + s] = j;
+    }
+}
+
+// Row s's code from the candidates of `blocks` blocks, one warp (every lane gets it): the
+// (v, j) minimum, the same in any order; all-NaN distances fall back to entry 0.
+static __device__ int pick_code(const float *part_v, const int *part_j, int blocks, int R, int s, int bins) {
+    const int lane = threadIdx.x % 32;
+    float v = INFINITY;
+    int j = bins;
+    for (int b = lane; b < blocks; b += 32) {
+        const float pv = __ldcg(part_v + (size_t)b * R + s);
+        const int pj = __ldcg(part_j + (size_t)b * R + s);
+        if (better(pv, pj, v, j)) v = pv, j = pj;
+    }
+    for (int off = 16; off; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+        const int oj = __shfl_xor_sync(0xffffffffu, j, off);
+        if (better(ov, oj, v, j)) v = ov, j = oj;
+    }
+    return j < bins ? j : 0;
+}
+
 // Block b scores the bins b, b + G, b + 2G, ... (G blocks; a warp per bin, a lane per 32nd of
 // the entry) against every row's query held in shared memory, and keeps each row's best (v, j).
 static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const struct op_argmin a) {
     __shared__ float qs[GPU_SKINNY_MAX * GPU_RVQ_MAX_DIM];
-    __shared__ float wv[RVQ_WARPS][GPU_SKINNY_MAX];
-    __shared__ int wj[RVQ_WARPS][GPU_SKINNY_MAX], code[GPU_SKINNY_MAX];
+    __shared__ float wv[RVQ_WARPS * GPU_SKINNY_MAX];
+    __shared__ int wj[RVQ_WARPS * GPU_SKINNY_MAX], code[GPU_SKINNY_MAX];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x;
     for (int j = blockIdx.x + warp * G; j < a.bins; j += RVQ_WARPS * G)
         prefetch_l2(a.book + (size_t)j * a.dim, sizeof(float) * a.dim, lane, 32);
     pdl_begin();
     for (int i = threadIdx.x; i < R * a.dim; i += blockDim.x) qs[i] = a.query[i];
     __syncthreads();
-    float bv[GPU_SKINNY_MAX];
-    int bj[GPU_SKINNY_MAX];
-#pragma unroll
-    for (int s = 0; s < GPU_SKINNY_MAX; s++) bv[s] = INFINITY, bj[s] = a.bins;
-    for (int j = blockIdx.x + warp * G; j < a.bins; j += RVQ_WARPS * G) {
-        const float *e = a.book + (size_t)j * a.dim;
-        float dot[GPU_SKINNY_MAX];
-#pragma unroll
-        for (int s = 0; s < GPU_SKINNY_MAX; s++) dot[s] = 0.0f;
-#pragma unroll 8
-        for (int i = lane; i < a.dim; i += 32) {
-            const float ei = e[i];
-#pragma unroll
-            for (int s = 0; s < GPU_SKINNY_MAX; s++)
-                if (s < R) dot[s] += ei * qs[s * a.dim + i];
-        }
-#pragma unroll
-        for (int s = 0; s < GPU_SKINNY_MAX; s++) {
-            if (s >= R) break;
-            float v = dot[s];
-            for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-            v = a.norms[j] - 2.0f * v;
-            if (better(v, j, bv[s], bj[s])) bv[s] = v, bj[s] = j;
-        }
-    }
-    if (lane == 0)
-        for (int s = 0; s < R; s++) wv[warp][s] = bv[s], wj[warp][s] = bj[s];
-    __syncthreads();
     float *part_v = a.part;
     int *part_j = (int *)a.part + (size_t)G * R;
-    if (threadIdx.x < R) {
-        const int s = threadIdx.x;
-        float v = INFINITY;
-        int j = a.bins;
-        for (int w = 0; w < RVQ_WARPS; w++)
-            if (better(wv[w][s], wj[w][s], v, j)) v = wv[w][s], j = wj[w][s];
-        part_v[(size_t)blockIdx.x * R + s] = v;
-        part_j[(size_t)blockIdx.x * R + s] = j;
-    }
-    // the last block to finish reduces the candidates of all blocks
+    score_bins<GPU_SKINNY_MAX>(a.book, a.norms, a.bins, a.dim, qs, R, blockIdx.x + warp * G, RVQ_WARPS * G, wv, wj,
+                               part_v, part_j);
+    // the last block to finish reduces the candidates of all blocks, a warp per row
     if (!last_block(a.counter, G)) return;
-    // a warp per row over the blocks' candidates: the (v, j) minimum is the same in any order
     for (int s = warp; s < R; s += RVQ_WARPS) {
-        float v = INFINITY;
-        int j = a.bins;
-        for (int b = lane; b < G; b += 32) {
-            const float pv = __ldcg(part_v + (size_t)b * R + s);
-            const int pj = __ldcg(part_j + (size_t)b * R + s);
-            if (better(pv, pj, v, j)) v = pv, j = pj;
-        }
-        for (int off = 16; off; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, v, off);
-            const int oj = __shfl_xor_sync(0xffffffffu, j, off);
-            if (better(ov, oj, v, j)) v = ov, j = oj;
-        }
+        const int c = pick_code(part_v, part_j, G, R, s, a.bins);
         if (lane == 0) {
-            code[s] = j < a.bins ? j : 0;  // all-NaN distances fall back to entry 0
-            a.codes[(size_t)s * a.code_stride] = code[s];
+            code[s] = c;
+            a.codes[(size_t)s * a.code_stride] = c;
         }
     }
     __syncthreads();
@@ -161,8 +180,8 @@ extern "C" int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex) 
 template <int MAXR>
 static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(const struct op_rvq_chain c) {
     __shared__ float res[MAXR * GPU_RVQ_MAX_DIM];
-    __shared__ float wv[CHAIN_WARPS][MAXR];
-    __shared__ int wj[CHAIN_WARPS][MAXR], code[MAXR];
+    __shared__ float wv[CHAIN_WARPS * MAXR];
+    __shared__ int wj[CHAIN_WARPS * MAXR], code[MAXR];
     const struct op_argmin &a = c.first;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x, dim = a.dim;
     for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = a.residual[i];
@@ -170,68 +189,20 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
     unsigned stage = 0;
     for (int k = 0; k < c.levels; k++) {
         const float *book = a.book + (size_t)k * a.bins * dim, *norms = a.norms + (size_t)k * a.bins;
-        float bv[MAXR];
-        int bj[MAXR];
-#pragma unroll
-        for (int s = 0; s < MAXR; s++) bv[s] = INFINITY, bj[s] = a.bins;
-        for (int j = blockIdx.x + warp * G; j < a.bins; j += CHAIN_WARPS * G) {
-            const float *e = book + (size_t)j * dim;
-            float dot[MAXR];
-#pragma unroll
-            for (int s = 0; s < MAXR; s++) dot[s] = 0.0f;
-#pragma unroll 8
-            for (int i = lane; i < dim; i += 32) {
-                const float ei = e[i];
-#pragma unroll
-                for (int s = 0; s < MAXR; s++)
-                    if (s < R) dot[s] += ei * res[s * dim + i];
-            }
-#pragma unroll
-            for (int s = 0; s < MAXR; s++) {
-                if (s >= R) break;
-                float v = dot[s];
-                for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-                v = norms[j] - 2.0f * v;
-                if (better(v, j, bv[s], bj[s])) bv[s] = v, bj[s] = j;
-            }
-        }
-        if (lane == 0)
-            for (int s = 0; s < R; s++) wv[warp][s] = bv[s], wj[warp][s] = bj[s];
-        __syncthreads();
         // this block's candidates, in the half of `part` of this level's parity
         float *part_v = c.part + (size_t)(k & 1) * 2 * G * R;
         int *part_j = (int *)part_v + (size_t)G * R;
-        if (threadIdx.x < R) {
-            const int s = threadIdx.x;
-            float v = INFINITY;
-            int j = a.bins;
-            for (int w = 0; w < CHAIN_WARPS; w++)
-                if (better(wv[w][s], wj[w][s], v, j)) v = wv[w][s], j = wj[w][s];
-            part_v[(size_t)blockIdx.x * R + s] = v;
-            part_j[(size_t)blockIdx.x * R + s] = j;
-        }
+        score_bins<MAXR>(book, norms, a.bins, dim, res, R, blockIdx.x + warp * G, CHAIN_WARPS * G, wv, wj, part_v, part_j);
         grid_arrive(c.barrier);
         if (k + 1 < c.levels)  // the next level's bins of this warp toward L2
             for (int j = blockIdx.x + warp * G; j < a.bins; j += CHAIN_WARPS * G)
                 prefetch_l2(book + (size_t)(a.bins + j) * dim, sizeof(float) * dim, lane, 32);
         grid_wait(c.barrier, ++stage);
-        // a warp per row over the blocks' candidates: the (v, j) minimum is the same in any order
         for (int s = warp; s < R; s += CHAIN_WARPS) {
-            float v = INFINITY;
-            int j = a.bins;
-            for (int b = lane; b < G; b += 32) {
-                const float pv = __ldcg(part_v + (size_t)b * R + s);
-                const int pj = __ldcg(part_j + (size_t)b * R + s);
-                if (better(pv, pj, v, j)) v = pv, j = pj;
-            }
-            for (int off = 16; off; off >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, v, off);
-                const int oj = __shfl_xor_sync(0xffffffffu, j, off);
-                if (better(ov, oj, v, j)) v = ov, j = oj;
-            }
+            const int cs = pick_code(part_v, part_j, G, R, s, a.bins);
             if (lane == 0) {
-                code[s] = j < a.bins ? j : 0;  // all-NaN distances fall back to entry 0
-                if (blockIdx.x == 0) a.codes[(size_t)s * a.code_stride + k] = code[s];
+                code[s] = cs;
+                if (blockIdx.x == 0) a.codes[(size_t)s * a.code_stride + k] = cs;
             }
         }
         __syncthreads();

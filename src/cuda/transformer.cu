@@ -274,7 +274,7 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
     __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
     __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
     __shared__ float4 att[GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
+    const int warp = threadIdx.x / 32, li = threadIdx.x % 16;
     const int rh = blockIdx.x / split, r = rh / a.n_heads, h = rh % a.n_heads, d = a.d, d4 = d / 4, steps = a.steps;
     const int rows = d / split, j0 = blockIdx.x % split * rows;
     if (r >= a.R) return;
@@ -296,64 +296,15 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
         const unit *values = (const unit *)(slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
         const int share = (a.ring + TR_WARPS - 1) / TR_WARPS;
         const int j_begin = warp * share, j_end = min(a.ring, j_begin + share);
-        // a round: keys j0 + 2u + half (u < 4), loaded one round ahead
-        unit kr[4], vr[4];
-        int32_t pr[4];
-        auto load = [&](int j0) {
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int j = j0 + 2 * u + half;
-                const bool in = j < j_end;
-                kr[u] = in ? keys[(size_t)j * d4] : ring4<T>::zero();
-                vr[u] = in ? values[(size_t)j * d4] : ring4<T>::zero();
-                pr[u] = in ? positions[j] : -1;
-            }
-        };
-        load(j_begin);
-        for (int j0 = j_begin; j0 < j_end; j0 += 8) {
-            float4 kv[4], vv[4];
-            int32_t pk[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) kv[u] = ring4<T>::get(kr[u]), vv[u] = ring4<T>::get(vr[u]), pk[u] = pr[u];
-            if (j0 + 8 < j_end) load(j0 + 8);
-            onepass_round<GPU_TR_MAX_STEPS>(q, kv, vv, pk, steps, pos0, a.context, 1.0f / sqrtf((float)GPU_ATT_ONEPASS_HD),
-                                             lane, acc, m, l);
-        }
+        onepass_span<GPU_TR_MAX_STEPS, T, true>(keys, values, positions, 0, a.ring, j_begin, j_end, d4, q, steps, pos0,
+                                                a.context, 1.0f / sqrtf((float)GPU_ATT_ONEPASS_HD), acc, m, l);
     }
-    // the halves, then the warps in order (as the one-pass kernel)
-#pragma unroll
-    for (int s = 0; s < GPU_TR_MAX_STEPS; s++) {
-        if (s >= steps) break;
-        const float mo = __shfl_xor_sync(0xffffffffu, m[s], 16), lo = __shfl_xor_sync(0xffffffffu, l[s], 16);
-        float4 ao;
-        ao.x = __shfl_xor_sync(0xffffffffu, acc[s].x, 16);
-        ao.y = __shfl_xor_sync(0xffffffffu, acc[s].y, 16);
-        ao.z = __shfl_xor_sync(0xffffffffu, acc[s].z, 16);
-        ao.w = __shfl_xor_sync(0xffffffffu, acc[s].w, 16);
-        const float mm = fmaxf(m[s], mo);
-        const float c0 = mm == -INFINITY ? 0.0f : expf(m[s] - mm), c1 = mm == -INFINITY ? 0.0f : expf(mo - mm);
-        if (half == 0) {
-            if (li == 0) sm_m[warp][s] = mm, sm_l[warp][s] = l[s] * c0 + lo * c1;
-            sm_acc[warp][s][li] = make_float4(acc[s].x * c0 + ao.x * c1, acc[s].y * c0 + ao.y * c1,
-                                              acc[s].z * c0 + ao.z * c1, acc[s].w * c0 + ao.w * c1);
-        }
-    }
+    // the halves, then the warps in order (as the one-pass kernel); a padding row gives zeros
+    onepass_store_warp<GPU_TR_MAX_STEPS>(steps, m, l, acc, sm_m[warp], sm_l[warp], sm_acc[warp][0]);
     __syncthreads();
     for (int e = threadIdx.x; e < steps * (GPU_ATT_ONEPASS_HD / 4); e += blockDim.x) {
         const int s = e / (GPU_ATT_ONEPASS_HD / 4), i4 = e % (GPU_ATT_ONEPASS_HD / 4);
-        float mm = -INFINITY;
-        for (int k = 0; k < TR_WARPS; k++) mm = fmaxf(mm, sm_m[k][s]);
-        float sum = 0.0f;
-        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (mm != -INFINITY)
-            for (int k = 0; k < TR_WARPS; k++) {
-                const float c = expf(sm_m[k][s] - mm);
-                const float4 v = sm_acc[k][s][i4];
-                sum += sm_l[k][s] * c;
-                o.x += v.x * c, o.y += v.y * c, o.z += v.z * c, o.w += v.w * c;
-            }
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a padding row attends to nothing: zeros
-        att[s][i4] = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+        att[s][i4] = onepass_merge_warps(TR_WARPS, GPU_TR_MAX_STEPS, sm_m[0], sm_l[0], sm_acc[0][0], s, i4);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
