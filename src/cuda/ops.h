@@ -271,9 +271,9 @@ int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
 
 // Every layer of a transformer for a few rows (one stream's or a few streams' step) in one
 // persistent launch: one block per SM, the stages of a layer (LayerNorm + qkv with the rotation
-// and ring store; attention and out-projection, a block per (row, head); residual + LayerNorm +
-// linear1 + GELU; linear2) separated by grid-wide barriers, each block loading its next stage's
-// weights while it waits. It computes what the unfused ops compute (plan.c's plan_transformer
+// and ring store; attention and out-projection, by (row, head, part of d); residual + LayerNorm
+// + linear1 + GELU; linear2) separated by grid-wide barriers, each block loading its next
+// stage's weights while it waits. It computes what the unfused ops compute (plan.c's plan_transformer
 // for small steps: positions, the layers, the residual adds), in f32 in every precision mode:
 // out (d, rows) = transformer(in (d, rows)), rows = R * steps.
 // The launch is cooperative (all blocks resident together). `barrier` (2 counters) is zero
@@ -303,8 +303,8 @@ struct op_transformer {
 static inline int gpu_transformer_fits(int rows, int steps, int d, int d_ff, int head_dim, int n_layers) {
     const int wide = d > d_ff ? d : d_ff;
     return rows <= GPU_TR_MAX_ROWS && steps <= GPU_TR_MAX_STEPS && head_dim == GPU_ATT_ONEPASS_HD &&
-           d % 128 == 0 && d <= GPU_TR_MAX_D && d / head_dim <= GPU_TR_MAX_HEADS && d_ff % 128 == 0 && rows * wide <= GPU_TR_MAX_FLOATS &&
-           n_layers <= GPU_TR_MAX_LAYERS;
+           d % 128 == 0 && d <= GPU_TR_MAX_D && d / head_dim <= GPU_TR_MAX_HEADS && d_ff % 128 == 0 &&
+           rows * wide <= GPU_TR_MAX_FLOATS && n_layers <= GPU_TR_MAX_LAYERS;
 }
 int mimi_cuda_transformer(const struct op_transformer *a, struct gpu_exec *ex);
 

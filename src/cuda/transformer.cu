@@ -250,6 +250,7 @@ static __device__ void tr_store_qkv(const struct op_attention &a, const struct o
 // out_proj's columns of head h, (d, 64) rows padded to TR_WO floats, toward shared memory
 // (cp.async; stage 2 waits for them). Issued by the blocks that attend, before they wait.
 #define TR_WO (GPU_ATT_ONEPASS_HD + 4)
+#define TR_WO_ROWS 128  // rows of wo staged at a time (34 KB)
 static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, int rows, float *wo) {
     const int per_row = GPU_ATT_ONEPASS_HD / 4;
     for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
@@ -261,23 +262,22 @@ static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, 
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// Stage 2: blocks b < R * n_heads * split attend, `split` of them for each row r and head h
-// (b = (r * n_heads + h) * split + k; its warps take consecutive shares of the ring, a half-warp
-// per key as the one-pass kernel, the halves and warps merged in a fixed order), and block k
+// Stage 2, item b < R * n_heads * split: `split` items for each row r and head h attend
+// (b = (r * n_heads + h) * split + k; the warps take consecutive shares of the ring, a half-warp
+// per key as the one-pass kernel, the halves and warps merged in a fixed order), and item k
 // projects the head's output through out_proj rows [k d / split, (k + 1) d / split) of the
 // head's columns (wo, staged by tr_stage_wo): ypart[h] rows r * steps + s, (d) each. The
 // out-projection is the sum of the heads' parts, added in head order by the next stage.
 template <typename T>
-static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split,
-                                 const float *wo, float *ypart) {
+static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split, int item,
+                                 float *wo, float *ypart) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
     __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
     __shared__ float4 att[GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
     const int warp = threadIdx.x / 32, li = threadIdx.x % 16;
-    const int rh = blockIdx.x / split, r = rh / a.n_heads, h = rh % a.n_heads, d = a.d, d4 = d / 4, steps = a.steps;
-    const int rows = d / split, j0 = blockIdx.x % split * rows;
-    if (r >= a.R) return;
+    const int rh = item / split, r = rh / a.n_heads, h = rh % a.n_heads, d = a.d, d4 = d / 4, steps = a.steps;
+    const int rows = d / split, j0 = item % split * rows;
     const int slot = a.row_slot[r];
     float4 q[GPU_TR_MAX_STEPS], acc[GPU_TR_MAX_STEPS];
     float m[GPU_TR_MAX_STEPS], l[GPU_TR_MAX_STEPS];
@@ -306,21 +306,29 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
         const int s = e / (GPU_ATT_ONEPASS_HD / 4), i4 = e % (GPU_ATT_ONEPASS_HD / 4);
         att[s][i4] = onepass_merge_warps(TR_WARPS, GPU_TR_MAX_STEPS, sm_m[0], sm_l[0], sm_acc[0][0], s, i4);
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    // ypart[h][r * steps + s][j] = wo[j] . att[s]
+    // ypart[h][r * steps + s][j] = wo[j] . att[s], TR_WO_ROWS rows of wo staged at a time (the
+    // first chunk before the stage's barrier)
     const size_t S = (size_t)a.R * steps;
-    for (int j = j0 + threadIdx.x; j < j0 + rows; j += blockDim.x) {
-        const float4 *wr = (const float4 *)(wo + (size_t)(j - j0) * TR_WO);
-        float y[GPU_TR_MAX_STEPS] = {};
-#pragma unroll
-        for (int k = 0; k < GPU_ATT_ONEPASS_HD / 4; k++) {
-            const float4 wk = wr[k];
-#pragma unroll
-            for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
-                if (s < steps) y[s] += dot4(wk, att[s][k]);
+    for (int c0 = 0; c0 < rows; c0 += TR_WO_ROWS) {
+        const int n = min(TR_WO_ROWS, rows - c0);
+        if (c0 > 0) {
+            __syncthreads();
+            tr_stage_wo(w.out_proj, d, h, j0 + c0, n, wo);
         }
-        for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+        for (int j = j0 + c0 + threadIdx.x; j < j0 + c0 + n; j += blockDim.x) {
+            const float4 *wr = (const float4 *)(wo + (size_t)(j - j0 - c0) * TR_WO);
+            float y[GPU_TR_MAX_STEPS] = {};
+#pragma unroll
+            for (int k = 0; k < GPU_ATT_ONEPASS_HD / 4; k++) {
+                const float4 wk = wr[k];
+#pragma unroll
+                for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
+                    if (s < steps) y[s] += dot4(wk, att[s][k]);
+            }
+            for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
+        }
     }
 }
 
@@ -346,7 +354,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
     const size_t us = ((size_t)A.units * S + 3) & ~(size_t)3;
     float *outv = hs + (size_t)S * (d > f ? d : f);        // (units, S)
     float *red = outv + us;                                // (units, S)
-    float *wo = red + us;                                  // (d, TR_WO): stage 2's out_proj columns
+    float *wo = red + us;                                  // (TR_WO_ROWS, TR_WO): stage 2's out_proj columns
     unsigned stage = 0;  // barriers passed
     float4 wv[4] = {};
     tr_load(A.qkv, A.layers[0].in_proj, wv);
@@ -359,8 +367,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
             a.positions[(size_t)slot * a.slot_stride + pos % a.ring] = pos;
         }
     int cur = 0;  // t.x[cur]: the residual stream
-    const bool attends = blockIdx.x < a.R * a.n_heads * A.split_wo;
-    const int wo_rows = d / A.split_wo;
+    const int items = a.R * a.n_heads * A.split_wo, wo_rows = d / A.split_wo;
     const size_t ystride = (size_t)S * d;  // between the heads' parts of the out-projection
     for (int l = 0; l < n_layers; l++) {
         const struct op_tr_layer &w = A.layers[l];
@@ -375,11 +382,19 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         tr_linear<MAXS>(A.qkv, w.in_proj, hs, S, wv, red, outv);
         tr_store_qkv<T>(a, w, A.qkv, outv);
         grid_arrive(t.barrier);
-        if (attends)
-            tr_stage_wo(w.out_proj, d, blockIdx.x / A.split_wo % a.n_heads, blockIdx.x % A.split_wo * wo_rows, wo_rows, wo);
+        if (blockIdx.x < items)  // the first item's columns
+            tr_stage_wo(w.out_proj, d, blockIdx.x / A.split_wo % a.n_heads, blockIdx.x % A.split_wo * wo_rows,
+                        min(wo_rows, TR_WO_ROWS), wo);
         grid_wait(t.barrier, ++stage);
         // 2. attention and out_proj, a block per (row, head) -> the heads' parts of y
-        tr_attend<T>(a, w, A.split_wo, wo, t.part);
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            if (item != blockIdx.x) {  // more items than blocks (a chip of few SMs)
+                __syncthreads();
+                tr_stage_wo(w.out_proj, d, item / A.split_wo % a.n_heads, item % A.split_wo * wo_rows,
+                            min(wo_rows, TR_WO_ROWS), wo);
+            }
+            tr_attend<T>(a, w, A.split_wo, item, wo, t.part);
+        }
         grid_arrive(t.barrier);
         tr_load(A.ff1, w.linear1, wv);
         grid_wait(t.barrier, ++stage);
@@ -425,7 +440,8 @@ static int lin_units(const struct tr_lin &L) { return L.rows * L.split; }
 extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_exec *ex) {
     const struct op_attention *a = &t->att;
     const int S = a->R * a->steps, d = a->d, f = t->d_ff;
-    if (!gpu_transformer_fits(S, a->steps, d, f, a->head_dim, t->n_layers) || t->n_layers < 1) {
+    if (!gpu_transformer_fits(S, a->steps, d, f, a->head_dim, t->n_layers) || t->n_layers < 1 ||
+        a->n_heads * a->head_dim != d) {
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d do not fit", S, d, f);
         return MIMI_EINVAL;
     }
@@ -436,16 +452,12 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
     for (int l = 0; l < t->n_layers; l++) A.layers[l] = t->layers[l];
     A.split_wo = 1;
     while (A.split_wo < 4 && a->R * a->n_heads * A.split_wo * 2 <= blocks && d % (A.split_wo * 2) == 0) A.split_wo *= 2;
-    if (a->R * a->n_heads > blocks || a->n_heads > GPU_TR_MAX_HEADS) {
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d x %d heads need more blocks than %d SMs", a->R, a->n_heads, blocks);
-        return MIMI_EINVAL;
-    }
     A.qkv = lin_for(3 * d, d, blocks);
     A.ff1 = lin_for(f, d, blocks);
     A.ff2 = lin_for(d, f, blocks);
     A.units = max(lin_units(A.qkv), max(lin_units(A.ff1), lin_units(A.ff2)));
     const size_t us = ((size_t)A.units * S + 3) & ~(size_t)3;
-    const size_t smem = sizeof(float) * ((size_t)S * (d > f ? d : f) + 2 * us + (size_t)d / A.split_wo * TR_WO);
+    const size_t smem = sizeof(float) * ((size_t)S * (d > f ? d : f) + 2 * us + (size_t)min(d / A.split_wo, TR_WO_ROWS) * TR_WO);
     void (*kernel)(const struct tr_args) =
         S <= 2 ? (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, 2> : transformer_kernel<float, 2>)
                : (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, GPU_TR_MAX_ROWS> : transformer_kernel<float, GPU_TR_MAX_ROWS>);
