@@ -50,8 +50,8 @@ struct tr_args {
     struct op_transformer t;
     struct op_tr_layer layers[GPU_TR_MAX_LAYERS];
     struct tr_lin qkv, ff1, ff2;
-    int split_wo;  // blocks per (row, head) in stage 2, each d / split_wo out-projection rows
-    int units;   // the most (output, warp) units of one block in any linear
+    int split_wo;  // stage 2's items per (row, head), each d / split_wo out-projection rows
+    int units;     // the most (output, warp) units of one block in any linear
 };
 
 // ---- linears ----
@@ -247,8 +247,9 @@ static __device__ void tr_store_qkv(const struct op_attention &a, const struct o
     }
 }
 
-// out_proj's columns of head h, (d, 64) rows padded to TR_WO floats, toward shared memory
-// (cp.async; stage 2 waits for them). Issued by the blocks that attend, before they wait.
+// Rows j0 .. j0 + rows - 1 (at most TR_WO_ROWS) of out_proj's columns of head h, each padded to
+// TR_WO floats, toward shared memory (cp.async; stage 2 waits for them). A block issues its first
+// item's first rows before it waits at the barrier that starts stage 2.
 #define TR_WO (GPU_ATT_ONEPASS_HD + 4)
 #define TR_WO_ROWS 128  // rows of wo staged at a time (34 KB)
 static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, int rows, float *wo) {
