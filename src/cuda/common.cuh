@@ -101,6 +101,23 @@ static __device__ __forceinline__ bool last_block(uint32_t *counter, unsigned n)
     return last;
 }
 
+// The dot product of two float4 (products summed left to right).
+static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+// v summed over the warp (xor butterfly: every lane gets the same sum).
+static __device__ __forceinline__ double warp_sum_d(double v) {
+    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// The number of SMs of the current device (0 on failure).
+static inline int device_sms(void) {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        return 0;
+    return n;
+}
+
 // ELU with alpha 1, as mimi_elu.
 static __device__ __forceinline__ float elu_f(float x) { return x > 0.0f ? x : expm1f(x); }
 

@@ -73,12 +73,4 @@ static inline int grid_launch(void (*kernel)(Args), int blocks, int threads, siz
     return launch_status(ex, what);
 }
 
-// The number of SMs of the current device (0 on failure).
-static inline int grid_sms(void) {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return 0;
-    return n;
-}
-
 #endif

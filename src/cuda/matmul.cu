@@ -58,7 +58,7 @@ static __device__ __forceinline__ float4 x4(const struct xsrc &x, int s, int p) 
 // separately, as norm.cu does.
 // red[warp][s] = the warp's sum of v (the caller syncs before reading it).
 static __device__ void warp_sum(double v, double (*red)[SKINNY_MAX], int s) {
-    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    v = warp_sum_d(v);
     if (threadIdx.x % 32 == 0) red[threadIdx.x / 32][s] = v;
 }
 
@@ -111,8 +111,6 @@ static __device__ __forceinline__ float4 w4(const struct skinny &a, const float 
     if (a.wvec) return *(const float4 *)(w + p);
     return make_float4(w[p], w[p + 1], w[p + 2], w[p + 3]);
 }
-
-static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
 // A block holds SKINNY_WARPS warps: SKINNY_WARPS / split rows j, `split` warps per row. A lane
 // takes 4 consecutive p at a time, 4 groups per round (16 weights in flight per lane), and keeps

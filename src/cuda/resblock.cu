@@ -358,11 +358,11 @@ template <int C, bool VEC>
 static int launch_tf32(const struct op_resblock *a, struct gpu_exec *ex) {
     const size_t smem = sizeof(float) * TT_SMEM_FLOATS(C);
     const int tiles = a->in.R * ((a->in.T + TT_TILE - 1) / TT_TILE);
-    int dev = 0, sms = 0, per_sm = 0;
+    const int sms = device_sms();
+    int per_sm = 0;
     if (cudaFuncSetAttribute(resblock_tf32_kernel<C, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
             cudaSuccess ||
-        cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        !sms ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, resblock_tf32_kernel<C, VEC>, TT_THREADS, smem) !=
             cudaSuccess)
         return launch_status(ex, "resblock (occupancy)");

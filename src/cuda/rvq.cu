@@ -219,7 +219,7 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
 
 extern "C" int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec *ex) {
     const struct op_argmin *a = &c->first;
-    int blocks = grid_sms();
+    int blocks = device_sms();
     if (blocks > GPU_RVQ_CHAIN_MAX_BLOCKS) blocks = GPU_RVQ_CHAIN_MAX_BLOCKS;
     if (!blocks) return launch_status(ex, "rvq chain (device)");
     if (a->R > GPU_SKINNY_MAX || a->dim > GPU_RVQ_MAX_DIM || !a->residual || c->levels < 1) {

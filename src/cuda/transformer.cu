@@ -56,8 +56,6 @@ struct tr_args {
 
 // ---- linears ----
 
-static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-
 // This warp's unit in block blockIdx.x (its first, when a block has more units than warps):
 // output row and input part; false when the warp has none.
 static __device__ __forceinline__ bool tr_unit(const struct tr_lin &L, int u, int *row, int *part) {
@@ -125,11 +123,6 @@ static __device__ void tr_linear(const struct tr_lin &L, const float *W, const f
 }
 
 // ---- LayerNorm ----
-
-static __device__ __forceinline__ double warp_sum_d(double v) {
-    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
 // hs (S, d) = LayerNorm(x_new) * w + b, x_new[s, i] = x[s * xs + i * xi] (+ scale[i] * y[s, i]
 // when y is set, y the sum of `parts` (S, d) parts part_stride apart, in order), statistics in
@@ -446,7 +439,7 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d do not fit", S, d, f);
         return MIMI_EINVAL;
     }
-    const int blocks = grid_sms();
+    const int blocks = device_sms();
     if (!blocks) return launch_status(ex, "transformer (device)");
     struct tr_args A = {};
     A.t = *t;
