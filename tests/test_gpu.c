@@ -29,10 +29,18 @@ static int64_t clip_frames;
 
 // ---- helpers ----
 
+// The library's error lines, so that a failed call in the log says why (the tests that feed bad
+// input on purpose add expected lines).
+static void log_errors(void *user, int level, const char *msg) {
+    (void)user;
+    if (level == MIMI_LOG_ERROR) fprintf(stderr, "  (library: %s)\n", msg);
+}
+
 // The strict GPU model runs with two host threads: large steps split their staging copies.
 static struct mimi_model *load(int backend, int precision) {
     struct mimi_model_params mp;
     mimi_model_params_default(&mp);
+    mp.log = log_errors;
     mp.backend = backend;
     mp.precision = precision;
     if (backend == MIMI_BACKEND_CUDA && precision == MIMI_PRECISION_STRICT) mp.n_threads = 2;

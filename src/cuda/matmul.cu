@@ -193,6 +193,171 @@ static __global__ void skinny_kernel(const struct skinny a) {
     }
 }
 
+// ---- large skinny products: rows streamed by a persistent grid ----
+
+// Products of a few columns whose weights are several MB (one stream's late SEANet layers) are
+// bound by how much of the weights the chip has in flight. skinny_kernel, a short block per row
+// group, spends its time on block turnover and on reading x (strided, a scalar load per value
+// and column) from L1. Here every block first stages x in shared memory as (S, Kp) rows, then
+// walks row groups g = blockIdx.x, + gridDim.x, ...: a warp takes ROWS_RW rows over its share
+// of p, ROWS_U float4 per row per lane in flight, and the x values it reads serve all its rows.
+// The sums keep skinny_kernel's structure (a lane's p in ascending order, then the warp, then
+// the warps of a row in order), so a row's result does not depend on the grid.
+#define ROWS_U 2
+#define ROWS_RW 4
+#define ROWS_MIN_WEIGHTS (1 << 20)          // floats: below this, skinny_kernel
+#define ROWS_MAX_STAGE (96 * 1024)          // bytes of x per block (two blocks per SM)
+
+// xs (S, Kp) = x's columns, zeros past K. A thread has ROWS_STAGE_LOADS loads in flight; the
+// products' usual layout, (s, p) at s + p*S (an im2col buffer of S columns), is read as float4s.
+#define ROWS_STAGE_LOADS 8
+static __device__ __forceinline__ void rows_stage_x(const struct skinny &a, float *xs, int Kp) {
+    const int S = a.S, K = a.K, n = S * K;
+    for (int e = threadIdx.x; e < S * (Kp - K); e += blockDim.x) {
+        const int s = e / (Kp - K);
+        xs[s * Kp + K + e - s * (Kp - K)] = 0.0f;
+    }
+    if (a.xs == 1 && a.xp == S && (uintptr_t)a.x % 16 == 0) {
+        const int n4 = n / 4;
+        const float4 *x4 = (const float4 *)a.x;
+        for (int e0 = threadIdx.x; e0 < n4; e0 += ROWS_STAGE_LOADS * blockDim.x) {
+            float4 v[ROWS_STAGE_LOADS];
+#pragma unroll
+            for (int u = 0; u < ROWS_STAGE_LOADS; u++)
+                if (e0 + u * (int)blockDim.x < n4) v[u] = x4[e0 + u * blockDim.x];
+#pragma unroll
+            for (int u = 0; u < ROWS_STAGE_LOADS; u++) {
+                const int e = e0 + u * blockDim.x;
+                if (e >= n4) break;
+                const float q[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int m = 4 * e + k, p = m / S;
+                    xs[(m - p * S) * Kp + p] = q[k];
+                }
+            }
+        }
+        for (int m = 4 * n4 + threadIdx.x; m < n; m += blockDim.x) {  // the last n % 4
+            const int p = m / S;
+            xs[(m - p * S) * Kp + p] = a.x[m];
+        }
+        return;
+    }
+    for (int m0 = threadIdx.x; m0 < n; m0 += ROWS_STAGE_LOADS * blockDim.x) {
+        float v[ROWS_STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < ROWS_STAGE_LOADS; u++) {
+            const int m = m0 + u * blockDim.x, s = m / K, p = m - s * K;  // column-major walk
+            if (m < n) v[u] = a.x[s * a.xs + p * a.xp];
+        }
+#pragma unroll
+        for (int u = 0; u < ROWS_STAGE_LOADS; u++) {
+            const int m = m0 + u * blockDim.x, s = m / K, p = m - s * K;
+            if (m < n) xs[s * Kp + p] = v[u];
+        }
+    }
+}
+
+template <int SMAX>
+static __global__ void __launch_bounds__(32 * SKINNY_WARPS, 2) skinny_rows_kernel(const struct skinny a) {
+    extern __shared__ float4 rows_smem[];
+    float *xs = (float *)rows_smem;  // (S, Kp)
+    __shared__ float part[SKINNY_WARPS][ROWS_RW][SMAX];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, S = a.S, K = a.K, Kp = (K + 3) & ~3;
+    const int rows = SKINNY_WARPS / a.split * ROWS_RW, jr = warp / a.split * ROWS_RW, ks = warp % a.split;
+    const int share = ((K + a.split - 1) / a.split + 3) & ~3, p0 = ks * share, p1 = min(K, p0 + share);
+    const int groups = (a.J + rows - 1) / rows;
+    // the first group's weights toward L2 while the predecessor runs
+    if (blockIdx.x < groups && p0 < p1)
+        for (int r = 0; r < ROWS_RW; r++) {
+            const int j = min(blockIdx.x * rows + jr + r, a.J - 1);
+            prefetch_l2(a.w + (long long)j * a.wj + p0, sizeof(float) * (p1 - p0), lane, 32);
+        }
+    pdl_begin();
+    rows_stage_x(a, xs, Kp);
+    __syncthreads();
+    for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+        const int j0 = g * rows + jr;
+        const float *w[ROWS_RW];
+#pragma unroll
+        for (int r = 0; r < ROWS_RW; r++) w[r] = a.w + (long long)min(j0 + r, a.J - 1) * a.wj;
+        float acc[ROWS_RW][SMAX];
+#pragma unroll
+        for (int r = 0; r < ROWS_RW; r++)
+#pragma unroll
+            for (int s = 0; s < SMAX; s++) acc[r][s] = 0.0f;
+        for (int pb = p0 + 4 * lane; pb < p1; pb += 128 * ROWS_U) {
+            float4 v[ROWS_U][ROWS_RW];
+#pragma unroll
+            for (int u = 0; u < ROWS_U; u++)
+#pragma unroll
+                for (int r = 0; r < ROWS_RW; r++) {
+                    const int p = pb + 128 * u;
+                    const float *q = w[r] + p;
+                    if (p + 3 < p1) v[u][r] = __ldcs((const float4 *)q);
+                    else v[u][r] = make_float4(p < p1 ? q[0] : 0.0f, p + 1 < p1 ? q[1] : 0.0f, p + 2 < p1 ? q[2] : 0.0f, 0.0f);
+                }
+#pragma unroll
+            for (int u = 0; u < ROWS_U; u++) {
+                const int p = pb + 128 * u;
+                if (p >= p1) break;
+#pragma unroll
+                for (int s = 0; s < SMAX; s++) {
+                    if (s >= S) break;
+                    const float4 xv = *(const float4 *)(xs + s * Kp + p);
+#pragma unroll
+                    for (int r = 0; r < ROWS_RW; r++) acc[r][s] += dot4(v[u][r], xv);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS_RW; r++)
+#pragma unroll
+            for (int s = 0; s < SMAX; s++) {
+                if (s >= S) break;
+                float v = acc[r][s];
+                for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+                if (lane == 0) part[warp][r][s] = v;
+            }
+        __syncthreads();
+        if (ks == 0 && lane < S * ROWS_RW) {
+            const int r = lane / S, s = lane - r * S, j = j0 + r;
+            if (j < a.J) {
+                float v = 0.0f;
+                for (int k = 0; k < a.split; k++) v += part[warp + k][r][s];
+                float *c = a.c + (long long)j * a.cj + (long long)s * a.cs;
+                *c = a.gelu ? gelu_f(v) : a.beta != 0.0f ? v + a.beta * *c : v;
+            }
+        }
+        __syncthreads();  // part is reused by the next group
+    }
+}
+
+// Whether the product goes to skinny_rows_kernel, and its launch.
+static size_t rows_stage_bytes(const struct skinny *s) { return sizeof(float) * (size_t)s->S * ((s->K + 3) & ~3); }
+
+static int rows_fit(const struct skinny *s) {
+    return !s->ln_w && s->wvec && s->S <= 8 && (long long)s->J * s->K >= ROWS_MIN_WEIGHTS &&
+           rows_stage_bytes(s) <= ROWS_MAX_STAGE;
+}
+
+static int launch_skinny_rows(struct skinny s, struct gpu_exec *ex) {
+    // a warp's share of about 1024 indices (2 rounds of loads per row)
+    s.split = s.K > 4096 ? 8 : s.K > 2048 ? 4 : s.K > 1024 ? 2 : 1;
+    const int rows = SKINNY_WARPS / s.split * ROWS_RW, groups = (s.J + rows - 1) / rows;
+    const int grid = max(1, min(groups, 2 * device_sms()));
+    const size_t smem = rows_stage_bytes(&s);
+    void (*k)(const struct skinny) = s.S <= 2 ? skinny_rows_kernel<2> : s.S <= 4 ? skinny_rows_kernel<4> : skinny_rows_kernel<8>;
+    // (with the static sums, at most 1 KB, past the 48 KB a block gets without opting in)
+    if (smem + sizeof(float) * SKINNY_WARPS * ROWS_RW * 8 > 48 * 1024 &&
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, ROWS_MAX_STAGE) != cudaSuccess)
+        return launch_status(ex, "skinny product (rows)");
+    pdl_launch(k, grid, 32 * SKINNY_WARPS, smem, ex, s);
+    char what[128];
+    snprintf(what, sizeof what, "skinny product (%d x %d x %d, rows kernel)", s.J, s.S, s.K);
+    return launch_status(ex, what);
+}
+
 // Maps a column-major product onto the skinny form when one side has few columns and the other
 // operand (the weights) is contiguous along k; 0 when it does not fit.
 static int as_skinny(const struct op_gemm *g, struct skinny *s) {
@@ -224,6 +389,7 @@ static int as_skinny(const struct op_gemm *g, struct skinny *s) {
 }
 
 static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
+    if (rows_fit(s)) return launch_skinny_rows(*s, ex);
     const int rows = SKINNY_WARPS / s->split;
     const size_t smem = s->ln_w ? sizeof(float) * (size_t)s->S * s->K : 0;
     pdl_launch(skinny_kernel, (s->J + rows - 1) / rows, 32 * SKINNY_WARPS, smem, ex, *s);
