@@ -35,32 +35,46 @@
 
 // ws (kc, DIRECT_TO) = the weights of channels o0 .. o0 + DIRECT_TO - 1 at reduction indices
 // p0 .. p0 + kc - 1 (zeros past c_out). Every thread issues up to DIRECT_STAGE_LOADS loads
-// before it stores any, so the slice arrives in about one memory round trip.
+// before it stores any, so the slice arrives in about one memory round trip. With float4
+// weights, thread t takes channel t / 8 and every 8th float4 of its run from t % 8 on: 8 threads
+// read a channel's 128 contiguous bytes, and no index is divided per load.
 template <class G>
 static __device__ __forceinline__ void direct_stage(const G &g, float *ws, int o0, int phase, int p0, int kc) {
-    const bool vec = g.weights_vec(p0, kc);
-    const int width = vec ? 4 : 1, per_row = kc / width, total = DIRECT_TO * per_row;
+    if (g.weights_vec(p0, kc)) {
+        static_assert(32 * DIRECT_WARPS == 8 * DIRECT_TO, "8 threads per channel");
+        const int o = threadIdx.x / 8, per_row = kc / 4;
+        const bool live = o0 + o < g.c_out();
+        for (int r0 = threadIdx.x % 8; r0 < per_row; r0 += 8 * DIRECT_STAGE_LOADS) {
+            float4 v[DIRECT_STAGE_LOADS];
+#pragma unroll
+            for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
+                const int r = r0 + 8 * u;
+                v[u] = live && r < per_row ? *(const float4 *)g.weight(o0 + o, phase, p0 + 4 * r)
+                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
+                const int q = 4 * (r0 + 8 * u);
+                if (q >= kc) break;
+                ws[q * DIRECT_TO + o] = v[u].x, ws[(q + 1) * DIRECT_TO + o] = v[u].y;
+                ws[(q + 2) * DIRECT_TO + o] = v[u].z, ws[(q + 3) * DIRECT_TO + o] = v[u].w;
+            }
+        }
+        return;
+    }
+    const int total = DIRECT_TO * kc;
     for (int base = threadIdx.x; base < total; base += DIRECT_STAGE_LOADS * blockDim.x) {
-        float4 v[DIRECT_STAGE_LOADS];
+        float v[DIRECT_STAGE_LOADS];
 #pragma unroll
         for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
-            const int e = base + u * blockDim.x, o = e / per_row, q = (e - o * per_row) * width;
-            v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (e < total && o0 + o < g.c_out()) {
-                const float *src = g.weight(o0 + o, phase, p0 + q);
-                v[u] = vec ? *(const float4 *)src : make_float4(*src, 0.0f, 0.0f, 0.0f);
-            }
+            const int e = base + u * blockDim.x, o = e / kc, q = e - o * kc;
+            v[u] = e < total && o0 + o < g.c_out() ? *g.weight(o0 + o, phase, p0 + q) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
-            const int e = base + u * blockDim.x, o = e / per_row, q = (e - o * per_row) * width;
+            const int e = base + u * blockDim.x, o = e / kc, q = e - o * kc;
             if (e >= total) break;
-            ws[q * DIRECT_TO + o] = v[u].x;
-            if (vec) {
-                ws[(q + 1) * DIRECT_TO + o] = v[u].y;
-                ws[(q + 2) * DIRECT_TO + o] = v[u].z;
-                ws[(q + 3) * DIRECT_TO + o] = v[u].w;
-            }
+            ws[q * DIRECT_TO + o] = v[u];
         }
     }
 }
