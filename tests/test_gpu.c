@@ -16,6 +16,9 @@
 #include "bad_samples.h"
 #ifdef MIMI_TEST_CUDA_RUNTIME
 #include <cuda_runtime_api.h>
+
+#include "cuda/ops.h"
+#include "nn/ops.h"
 #endif
 
 #define FRAME 1920
@@ -109,6 +112,82 @@ static double code_agreement(const int32_t *a, const int32_t *b, int n, int *sem
     }
     return (double)eq / n;
 }
+
+// ---- the products alone ----
+
+#ifdef MIMI_TEST_CUDA_RUNTIME
+// C (m, n) = op(A) op(B) + beta C in column-major terms (struct op_gemm), in double, then GELU
+// as the library's CPU reference rounds it.
+static void gemm_reference(const struct op_gemm *g, const float *A, const float *B, float *C) {
+    for (int j = 0; j < g->n; j++)
+        for (int i = 0; i < g->m; i++) {
+            double v = 0.0;
+            for (int p = 0; p < g->k; p++) {
+                const double a = g->transa ? A[p + (size_t)i * g->lda] : A[i + (size_t)p * g->lda];
+                const double b = g->transb ? B[j + (size_t)p * g->ldb] : B[p + (size_t)j * g->ldb];
+                v += a * b;
+            }
+            float *c = C + i + (size_t)j * g->ldc;
+            *c = (float)(v + (double)g->beta * *c);
+            if (g->gelu) mimi_gelu(c, 1);
+        }
+}
+
+// One product of the skinny kernels on the device against gemm_reference: shape (m, n, k),
+// `small` columns on the small side (the convs' form: small A; else the linears': small B).
+static void product_case(int small_a, int S, int J, int K, int ld, float beta, int gelu) {
+    struct op_gemm g = {0};
+    g.k = K, g.beta = beta, g.gelu = gelu;
+    if (small_a) g.transa = 0, g.m = S, g.n = J, g.lda = S, g.ldb = ld, g.ldc = S;  // x (S, K), W rows of ld
+    else g.transa = 1, g.m = J, g.n = S, g.lda = ld, g.ldb = K, g.ldc = J;         // W rows of ld, x (K, S)
+    const size_t na = small_a ? (size_t)S * K : (size_t)J * ld, nb = small_a ? (size_t)J * ld : (size_t)K * S,
+                 nc = (size_t)S * J;
+    float *A = malloc(sizeof(float) * na), *Bm = malloc(sizeof(float) * nb), *C = malloc(sizeof(float) * nc),
+          *R = malloc(sizeof(float) * nc);
+    uint32_t r = (uint32_t)(S * 7919 + J * 31 + K);
+    for (size_t i = 0; i < na; i++) r = r * 1664525u + 1013904223u, A[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+    for (size_t i = 0; i < nb; i++) r = r * 1664525u + 1013904223u, Bm[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+    for (size_t i = 0; i < nc; i++) r = r * 1664525u + 1013904223u, C[i] = R[i] = (float)(r >> 8) / 16777216.0f;
+    float *dA = NULL, *dB = NULL, *dC = NULL;
+    CHECK_EQ(cudaMalloc((void **)&dA, sizeof(float) * na), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dB, sizeof(float) * nb), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dC, sizeof(float) * nc), cudaSuccess);
+    cudaMemcpy(dA, A, sizeof(float) * na, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, Bm, sizeof(float) * nb, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C, sizeof(float) * nc, cudaMemcpyHostToDevice);
+    g.a = dA, g.b = dB, g.c = dC;
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0};
+    const int rc = mimi_cuda_gemm(&g, &ex);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(C, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost);
+    gemm_reference(&g, A, Bm, R);
+    const double e = rel_l2(C, R, nc);
+    printf("  product %s %d x %d x %d%s%s: rc %d, rel_l2 %.2e %s\n", small_a ? "conv form" : "linear form", J, S, K,
+           beta != 0.0f ? ", beta 1" : "", gelu ? ", GELU" : "", rc, e, msg);
+    CHECK_EQ(rc, MIMI_OK);
+    CHECK(e <= 1e-5);  // f32 sums in another order; a wrong row, column or layout gives ~1
+    cudaFree(dA), cudaFree(dB), cudaFree(dC);
+    free(A), free(Bm), free(C), free(R);
+}
+
+// The skinny kernels over the shapes that pick each form: the rows kernel (at most 8 columns,
+// 1 M weights or more, x within 96 KB, including exactly 48 KB of x and odd column counts and
+// reductions), and skinny_kernel around it (more columns, fewer weights, x too large).
+static void test_products(void) {
+    product_case(1, 2, 1024, 8193, 8196, 0.0f, 0);  // one stream's encoder downsampling: rows
+    product_case(1, 2, 8192, 1024, 1024, 0.0f, 0);  // the decoder's transposed conv: rows
+    product_case(1, 6, 512, 2048, 2048, 0.0f, 0);   // 48 KB of x plus the static sums: rows
+    product_case(1, 3, 700, 4097, 4100, 1.0f, 0);   // odd columns, a partial float4: rows
+    product_case(1, 8, 512, 2049, 2052, 0.0f, 0);   // eight columns: rows
+    product_case(1, 4, 512, 8193, 8196, 0.0f, 0);   // x past 96 KB: skinny_kernel
+    product_case(1, 16, 256, 1024, 1024, 0.0f, 0);  // sixteen columns: skinny_kernel
+    product_case(1, 2, 100, 333, 336, 0.0f, 0);     // a small product: skinny_kernel
+    product_case(0, 2, 2048, 512, 512, 0.0f, 1);    // a linear with GELU, contiguous x: rows
+    product_case(0, 5, 2048, 600, 600, 1.0f, 0);    // odd columns, accumulating: rows
+    product_case(0, 5, 1536, 512, 512, 0.0f, 0);    // under 1 M weights: skinny_kernel
+}
+#endif
 
 // ---- GPU vs CPU ----
 
@@ -569,6 +648,9 @@ int main(int argc, char **argv) {
     clip_frames = t->n_elements / FRAME;
     st_close(&refs);
     if (clip_frames < FRAMES + 30) SKIP("clip too short");
+#ifdef MIMI_TEST_CUDA_RUNTIME
+    test_products();
+#endif
     test_vs_cpu();
     test_batch_vs_lone();
     test_fast_wide();
