@@ -144,7 +144,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
             ps[j] = e;
             sum += e;
         }
-        for (int off = 16; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        sum = warp_sum_f(sum);
         if (lane == 0) sums[s] = sum;
     }
     __syncthreads();

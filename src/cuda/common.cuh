@@ -110,6 +110,12 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
+// The same in float (the same butterfly, so the same sum on every lane).
+static __device__ __forceinline__ float warp_sum_f(float v) {
+    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
 // The number of SMs of the current device (0 on failure).
 static inline int device_sms(void) {
     int device = 0, n = 0;

@@ -107,6 +107,12 @@ static __device__ void ln_prologue(const struct skinny &a, float *hs) {
     __syncthreads();
 }
 
+// C[j, s] = gelu(v), or v + beta C[j, s], or v: a product's output, both skinny kernels.
+static __device__ __forceinline__ void skinny_store(const struct skinny &a, int j, int s, float v) {
+    float *c = a.c + (long long)j * a.cj + (long long)s * a.cs;
+    *c = a.gelu ? gelu_f(v) : a.beta != 0.0f ? v + a.beta * *c : v;
+}
+
 static __device__ __forceinline__ float4 w4(const struct skinny &a, const float *w, int p) {
     if (a.wvec) return *(const float4 *)(w + p);
     return make_float4(w[p], w[p + 1], w[p + 2], w[p + 3]);
@@ -180,16 +186,14 @@ static __global__ void skinny_kernel(const struct skinny a) {
 #pragma unroll
     for (int s = 0; s < SKINNY_MAX; s++) {
         if (s >= a.S) break;
-        float v = acc[s];
-        for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        const float v = warp_sum_f(acc[s]);
         if (lane == 0) part[warp][s] = v;
     }
     __syncthreads();
     if (ks == 0 && lane < a.S && j < a.J) {
         float v = 0.0f;
         for (int k = 0; k < a.split; k++) v += part[warp + k][lane];
-        float *c = a.c + (long long)j * a.cj + (long long)lane * a.cs;
-        *c = a.gelu ? gelu_f(v) : a.beta != 0.0f ? v + a.beta * *c : v;
+        skinny_store(a, j, lane, v);
     }
 }
 
@@ -315,8 +319,7 @@ static __global__ void __launch_bounds__(32 * SKINNY_WARPS, 2) skinny_rows_kerne
 #pragma unroll
             for (int s = 0; s < SMAX; s++) {
                 if (s >= S) break;
-                float v = acc[r][s];
-                for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+                const float v = warp_sum_f(acc[r][s]);
                 if (lane == 0) part[warp][r][s] = v;
             }
         __syncthreads();
@@ -325,8 +328,7 @@ static __global__ void __launch_bounds__(32 * SKINNY_WARPS, 2) skinny_rows_kerne
             if (j < a.J) {
                 float v = 0.0f;
                 for (int k = 0; k < a.split; k++) v += part[warp + k][r][s];
-                float *c = a.c + (long long)j * a.cj + (long long)s * a.cs;
-                *c = a.gelu ? gelu_f(v) : a.beta != 0.0f ? v + a.beta * *c : v;
+                skinny_store(a, j, s, v);
             }
         }
         __syncthreads();  // part is reused by the next group
@@ -347,9 +349,10 @@ static int launch_skinny_rows(struct skinny s, struct gpu_exec *ex) {
     const int rows = SKINNY_WARPS / s.split * ROWS_RW, groups = (s.J + rows - 1) / rows;
     const int grid = max(1, min(groups, 2 * device_sms()));
     const size_t smem = rows_stage_bytes(&s);
-    void (*k)(const struct skinny) = s.S <= 2 ? skinny_rows_kernel<2> : s.S <= 4 ? skinny_rows_kernel<4> : skinny_rows_kernel<8>;
-    // (with the static sums, at most 1 KB, past the 48 KB a block gets without opting in)
-    if (smem + sizeof(float) * SKINNY_WARPS * ROWS_RW * 8 > 48 * 1024 &&
+    const int smax = s.S <= 2 ? 2 : s.S <= 4 ? 4 : 8;
+    void (*k)(const struct skinny) = smax == 2 ? skinny_rows_kernel<2> : smax == 4 ? skinny_rows_kernel<4> : skinny_rows_kernel<8>;
+    // (with the kernel's static sums, past the 48 KB a block gets without opting in)
+    if (smem + sizeof(float) * SKINNY_WARPS * ROWS_RW * smax > 48 * 1024 &&
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, ROWS_MAX_STAGE) != cudaSuccess)
         return launch_status(ex, "skinny product (rows)");
     pdl_launch(k, grid, 32 * SKINNY_WARPS, smem, ex, s);

@@ -79,9 +79,7 @@ static __device__ void score_bins(const float *book, const float *norms, int bin
 #pragma unroll
         for (int s = 0; s < MAXR; s++) {
             if (s >= R) break;
-            float v = dot[s];
-            for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-            v = norms[j] - 2.0f * v;
+            const float v = norms[j] - 2.0f * warp_sum_f(dot[s]);
             if (better(v, j, bv[s], bj[s])) bv[s] = v, bj[s] = j;
         }
     }

@@ -107,8 +107,7 @@ static __device__ void tr_linear(const struct tr_lin &L, const float *W, const f
 #pragma unroll
         for (int s = 0; s < MAXS; s++) {
             if (s >= S) break;
-            float a = acc[s];
-            for (int off = 16; off; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+            const float a = warp_sum_f(acc[s]);
             if (lane == 0) red[u * S + s] = a;
         }
     }
