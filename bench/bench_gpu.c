@@ -11,7 +11,8 @@
  *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--warm N] [--ops]
  *                                            (only the per-op profile of B streams; --ops lists
  *                                            every op of the step in plan order)
- *        mimi-bench-gpu [--model PATH] [--modes ...] --offline  (only the many-files figures)
+ *        mimi-bench-gpu [--model PATH] [--modes ...] --offline [--files N]
+ *                                            (only the many-files figures; --files: only N files of 60 s)
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -525,7 +526,7 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, modes = 7;  // bit i: enum mimi_precision i
+    int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, offline_files = 0, modes = 7;  // bit i: enum mimi_precision i
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -534,6 +535,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--warm") && i + 1 < argc) warm_steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ops")) print_ops = 1;
         else if (!strcmp(argv[i], "--offline")) offline_only = 1;
+        else if (!strcmp(argv[i], "--files") && i + 1 < argc) offline_files = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) host_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             const char *list = argv[++i];
@@ -547,7 +549,7 @@ int main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N] "
-                            "[--profile B [--warm N] [--ops]] [--offline] | --write-model PATH\n", argv[0]);
+                            "[--profile B [--warm N] [--ops]] [--offline [--files N]] | --write-model PATH\n", argv[0]);
             return 2;
         }
     }
@@ -581,6 +583,10 @@ int main(int argc, char **argv) {
             printf("\n== %s ==\n", names[i]);
             const double target = i == MIMI_PRECISION_STRICT ? TARGET_OFFLINE_STRICT : TARGET_OFFLINE_FAST;
             const double peak = i == MIMI_PRECISION_STRICT ? PEAK_F32_TFLOPS : PEAK_TF32_TFLOPS;
+            if (offline_files > 0) {
+                many_files(models[i], offline_files, 60, target, peak);
+                continue;
+            }
             many_files(models[i], 16, 60, target, peak);
             many_files(models[i], 64, 60, target, peak);
             many_files(models[i], 256, 0, target, peak);

@@ -290,6 +290,16 @@ static int onepass_fits(const struct op_attention *a) {
 
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid(a->R, a->n_heads);
+    if (attention_tiled_fits(a)) {
+        // long steps (whole-signal passes): tiles of queries, after the rotation and KV store
+        struct op_attention b = *a;
+        if (a->rope) {
+            int rc = launch_rope_kv(a, ex);
+            if (rc) return rc;
+            b.rope = 0;
+        }
+        return attention_tiled(&b, ex);
+    }
     if (onepass_fits(a)) {
         // up to 4 queries per block; with more blocks per row than one, the rotation and the
         // KV store run first as their own launch (every block reads all the row's new keys)

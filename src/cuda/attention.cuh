@@ -33,6 +33,14 @@ template <> struct ring4<__nv_bfloat16> {
     static __device__ __forceinline__ uint2 zero() { return make_uint2(0u, 0u); }
 };
 
+// ---- long steps (attention_tiled.cu) ----
+
+// Whether the tiled kernel takes this attention (head size 64, at least 32 query steps, a ring
+// that holds every position a step's queries can see); then attention_tiled runs it (rope
+// already done).
+int attention_tiled_fits(const struct op_attention *a);
+int attention_tiled(const struct op_attention *a, struct gpu_exec *ex);
+
 // ---- rotary embedding and ring store ----
 
 // Pair p of the d-wide q and k of query row r*steps + s is (2p, 2p+1), head p / (hd/2),
