@@ -40,8 +40,8 @@ static float xin(const struct op_im2col *a, int i, int r, int j) {
 static void emu_im2col(const struct op_im2col *a) {
     const int To = a->T / a->S;
     const size_t N = (size_t)a->R * To;
-    if (a->ones)
-        for (size_t n = 0; n < N; n++) a->col[(size_t)a->c_in * a->K * N + n] = 1.0f;
+    for (int o = 0; o < a->ones; o++)
+        for (size_t n = 0; n < N; n++) a->col[((size_t)a->c_in * a->K + o) * N + n] = 1.0f;
     for (int i = 0; i < a->c_in; i++)
         for (int k = 0; k < a->K; k++)
             for (int r = 0; r < a->R; r++)
@@ -145,8 +145,8 @@ static void emu_gemm(const struct op_gemm *g) {
 }
 
 static void emu_pointwise(const struct op_pointwise *a) {
-    if (a->mode == EW_ELU_ONES)
-        for (size_t j = 0; j < a->cols; j++) a->y[(size_t)a->channels * a->cols + j] = 1.0f;
+    for (int o = 0; a->mode == EW_ELU_ONES && o < a->ones; o++)
+        for (size_t j = 0; j < a->cols; j++) a->y[(size_t)(a->channels + o) * a->cols + j] = 1.0f;
     for (int c = 0; c < a->channels; c++)
         for (size_t j = 0; j < a->cols; j++) {
             size_t i = (size_t)c * a->cols + j;
@@ -612,6 +612,71 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     emu_destroy(&dec);
 }
 
+// ---- fast mode: products over reductions padded to a multiple of 4 ----
+
+// The im2col and resblock scratch filled with NaN, so that a product reading a row that no op of
+// the step wrote (a missing row of ones) poisons the output.
+static void poison_products(struct emu_batch *e) {
+    // the layout's scratch order: resblock hidden activations, then im2col, then taps
+    for (size_t i = e->L.sc_res[1]; i < e->L.sc_taps; i++) e->scratch[i] = NAN;
+}
+
+// In fast mode every conv product of a wide step reduces over a multiple of 4 rows (the bias row
+// and rows of ones against zero weights), and the emulated plan, whose products are exact f32
+// loops, still gives the CPU's codes and PCM with the padding rows poisoned beforehand.
+static void test_fast_padding(const float *clip) {
+    struct mimi_model_params mp;
+    mimi_model_params_default(&mp);
+    mp.precision = MIMI_PRECISION_FAST;
+    int rc;
+    struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
+    CHECK(m != NULL);
+    if (!m) return;
+    static struct gpu_weights w;
+    CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
+    struct emu_batch enc, dec;
+    emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
+    emu_create(&dec, m, &w, MIMI_DIRECTION_DECODE, WIDE, MIMI_ATTENTION_RING, 1);
+    int im2cols = 0, padded = 0, gemms = 0, aligned = 0;
+    for (int d = 0; d < 2; d++) {
+        const struct gpu_plan *p = d ? &dec.plans[WIDE] : &enc.plans[WIDE];
+        for (int i = 0; i < p->n_ops; i++) {
+            const struct gpu_op *op = &p->ops[i];
+            if (op->kind == GOP_IM2COL) {
+                im2cols++;
+                padded += op->u.im2col.ones >= 1 && (op->u.im2col.c_in * op->u.im2col.K + op->u.im2col.ones) % 4 == 0;
+            } else if (op->kind == GOP_GEMM) {
+                gemms++;
+                aligned += op->u.gemm.k % 4 == 0;
+            }
+        }
+    }
+    printf("  fast-mode wide plans: %d/%d im2col padded, %d/%d products over a multiple of 4\n", padded, im2cols,
+           aligned, gemms);
+    CHECK(im2cols > 0);
+    CHECK_EQ(padded, im2cols);
+    CHECK_EQ(aligned, gemms);
+    struct mimi_batch *cenc, *cdec;
+    cpu_pair(m, WIDE, &cenc, &cdec);
+    int list[WIDE];
+    for (int s = 0; s < WIDE; s++) list[s] = s;
+    struct agreement agree = {0};
+    for (int step = 0; step < 2; step++) {
+        static float in[WIDE * 1920];
+        for (int s = 0; s < WIDE; s++) memcpy(in + s * 1920, clip + ((size_t)s * 3 + step) * 1920, sizeof(float) * 1920);
+        poison_products(&enc);
+        poison_products(&dec);
+        step_both(&enc, &dec, cenc, cdec, WIDE, list, in, &agree);
+    }
+    agreement_check(&agree, "fast-mode wide plan vs CPU, 2 steps");
+    mimi_batch_destroy(cenc);
+    mimi_batch_destroy(cdec);
+    emu_destroy(&enc);
+    emu_destroy(&dec);
+    gpu_weights_release(&w);
+    mimi_model_destroy(m);
+}
+
 // ---- submit / collect on the CPU backend ----
 
 // The asynchronous calls give what the synchronous ones give, on a CPU batch too.
@@ -860,6 +925,7 @@ int main(int argc, char **argv) {
     test_offline_schedule(model, &w, clip);
     test_wide_plan(model, &w, clip);
     test_bf16_rings(clip, enc.L.slot_elems);
+    test_fast_padding(clip);
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
            enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,
            dec.plans[1].n_ops, dec.plans[CAP].n_ops);

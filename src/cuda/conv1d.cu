@@ -10,16 +10,16 @@
 
 // ---- im2col ----
 
-// col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (one
-// more for the row of ones), x the output columns; each thread writes its column's K taps, so the
+// col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (and
+// the rows of ones after them: i >= c_in is row c_in*K + i - c_in), x the output columns; each thread writes its column's K taps, so the
 // index arithmetic is done once per K values and consecutive threads write consecutive columns.
 static __global__ void im2col_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float *col = a.col + (size_t)i * a.K * N;
+        float *col = a.col + (i < a.c_in ? (size_t)i * a.K : (size_t)a.c_in * a.K + i - a.c_in) * N;
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
-            if (i == a.c_in) {
+            if (i >= a.c_in) {
                 col[n] = 1.0f;
                 continue;
             }
@@ -35,9 +35,9 @@ static __global__ void im2col4_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float4 *col = (float4 *)(a.col + (size_t)i * a.K * N);
+        float4 *col = (float4 *)(a.col + (i < a.c_in ? (size_t)i * a.K : (size_t)a.c_in * a.K + i - a.c_in) * N);
         for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
-            if (i == a.c_in) {
+            if (i >= a.c_in) {
                 col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
                 continue;
             }
@@ -59,9 +59,9 @@ static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
     constexpr int NIN = 3 * S + K;
     const unsigned To = a.T / S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float4 *col = (float4 *)(a.col + (size_t)i * K * N);
+        float4 *col = (float4 *)(a.col + (i < a.c_in ? (size_t)i * K : (size_t)a.c_in * K + i - a.c_in) * N);
         for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
-            if (i == a.c_in) {
+            if (i >= a.c_in) {
                 col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
                 continue;
             }

@@ -12,10 +12,9 @@
 
 // ---- bias, activations, residual ----
 
-// blockIdx.y walks the channels (one more for the row of ones of EW_ELU_ONES), x the columns.
-static __global__ void pointwise_kernel(const struct op_pointwise a) {
+// blockIdx.y walks the channels (and EW_ELU_ONES's rows of ones after them), x the columns.
+static __global__ void pointwise_kernel(const struct op_pointwise a, int rows) {
     pdl_begin();
-    const int rows = a.channels + (a.mode == EW_ELU_ONES);
     for (int c = blockIdx.y; c < rows; c += gridDim.y) {
         float *y = a.y + (size_t)c * a.cols, *x = a.x ? a.x + (size_t)c * a.cols : NULL;
         const float b = a.bias && c < a.channels ? a.bias[c] : 0.0f;
@@ -35,13 +34,12 @@ static __global__ void pointwise_kernel(const struct op_pointwise a) {
 
 // EW_ELU and EW_ELU_ONES over rows of a multiple of 4 columns, 16 bytes per load and store (the
 // kernel above is bound by its instructions on the large steps' activations).
-static __global__ void elu4_kernel(const struct op_pointwise a) {
+static __global__ void elu4_kernel(const struct op_pointwise a, int rows) {
     pdl_begin();
-    const int rows = a.channels + (a.mode == EW_ELU_ONES);
     const size_t cols4 = a.cols / 4;
     for (int c = blockIdx.y; c < rows; c += gridDim.y) {
         float4 *y = (float4 *)(a.y + (size_t)c * a.cols);
-        const bool ones = c == a.channels;
+        const bool ones = c >= a.channels;
         for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < cols4; j += (size_t)gridDim.x * blockDim.x) {
             if (ones) {
                 y[j] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
@@ -54,14 +52,14 @@ static __global__ void elu4_kernel(const struct op_pointwise a) {
 }
 
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
-    const int rows = a->channels + (a->mode == EW_ELU_ONES);
+    const int rows = a->channels + (a->mode == EW_ELU_ONES ? a->ones : 0);
     if ((a->mode == EW_ELU || a->mode == EW_ELU_ONES) && a->cols % 4 == 0 && (uintptr_t)a->y % 16 == 0) {
         const dim3 grid = grid_rows(a->cols / 4, 256, rows);
-        pdl_launch(elu4_kernel, grid, 256, 0, ex, *a);
+        pdl_launch(elu4_kernel, grid, 256, 0, ex, *a, rows);
         return launch_status(ex, "pointwise");
     }
     const dim3 grid = grid_rows(a->cols, 256, rows);
-    pdl_launch(pointwise_kernel, grid, 256, 0, ex, *a);
+    pdl_launch(pointwise_kernel, grid, 256, 0, ex, *a, rows);
     return launch_status(ex, "pointwise");
 }
 

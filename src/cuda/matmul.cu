@@ -420,7 +420,7 @@ static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
                                      CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,
                                      g->ldc, compute, CUBLAS_GEMM_DEFAULT);
     if (st == CUBLAS_STATUS_SUCCESS && g->gelu) {
-        struct op_pointwise gelu = {g->c, NULL, NULL, 1, (size_t)g->m * g->n, EW_GELU};
+        struct op_pointwise gelu = {g->c, NULL, NULL, 1, (size_t)g->m * g->n, EW_GELU, 0};
         return mimi_cuda_pointwise(&gelu, ex);
     }
     if (st == CUBLAS_STATUS_SUCCESS) return MIMI_OK;

@@ -65,8 +65,14 @@ struct op_im2col {
     const int32_t *started;  // slot 0's started flag
     const int32_t *row_slot; // (R)
     size_t slot_stride;
-    int c_in, K, S, H, T, R, elu, replicate, ones;
+    int c_in, K, S, H, T, R, elu, replicate, ones;  // ones: rows of ones after the c_in*K
 };
+// Rows of ones that follow `rows` product rows in an im2col (ones) or after EW_ELU_ONES's
+// channels, in fast mode: the bias row, then padding up to a multiple of 4 rows, whose weights
+// are zero. The reduction is then a multiple of 4, which cuBLAS's sm_90 TF32 kernels need (with
+// an odd one it falls back to sm_80 kernels of 4-byte loads). Strict mode takes the bias row
+// alone (its f32 kernels ran 0.5% faster so).
+static inline int gpu_ones_rows(int rows) { return ((rows + 4) & ~3) - rows; }
 int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 
 // hist = the last H columns of [hist | f(x)] for every non-padding row (same fields as im2col;
@@ -153,7 +159,7 @@ enum {
     EW_RESIDUAL = 2,  // x[c, j] += y[c, j] + bias[c]   (bias may be NULL)
     EW_ELU = 3,       // y = elu(y)
     EW_GELU = 4,      // y = gelu(y), exact erf form
-    EW_ELU_ONES = 5,  // y = elu(y), and row `channels` of y (one past the last) = 1.0
+    EW_ELU_ONES = 5,  // y = elu(y), and the `ones` rows after the last channel = 1.0
 };
 
 // y, x: (channels, cols).
@@ -164,6 +170,7 @@ struct op_pointwise {
     int channels;
     size_t cols;
     int mode;
+    int ones;  // EW_ELU_ONES: rows of ones after the channels
 };
 int mimi_cuda_pointwise(const struct op_pointwise *a, struct gpu_exec *ex);
 

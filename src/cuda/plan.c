@@ -240,7 +240,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         if (l->kind == SEANET_CONV) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
             T /= S;
-            col = maxz(col, ((size_t)c->c_in * K + 1) * T);
+            col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_CONVTR) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S));
@@ -249,8 +249,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_RESBLOCK) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
-            col = maxz(col, ((size_t)c->c_in * K + 1) * T);
-            res1 = maxz(res1, ((size_t)c->c_out + 1) * T);
+            col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
+            res1 = maxz(res1, (size_t)gpu_conv_ld(c->c_out + 1) * T);
             res0 = maxz(res0, (size_t)c->c_in * T);
         }
     }
@@ -261,7 +261,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     const struct mimi_conv *rs = encode ? &m->downsample : &m->upsample;
     const int P = rs->kernel - rs->stride;
     if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
-    if (encode) col = maxz(col, ((size_t)rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
+    if (encode) col = maxz(col, (size_t)gpu_conv_ld(rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
     // KV rings: f32, or two bfloat16 values per element
     L->kv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16_KV && tr->head_dim == GPU_ATT_ONEPASS_HD;
     const size_t ring_elems = (size_t)L->ring * L->d / (L->kv_bf16 ? 2 : 1);
@@ -359,10 +359,10 @@ static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int
 }
 
 static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
-                      size_t cols) {
+                      size_t cols, int ones) {
     static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu"};
     struct op_pointwise *a = &emit(B, GOP_POINTWISE, names[mode])->u.pointwise;
-    *a = (struct op_pointwise){y, x, bias, channels, cols, mode};
+    *a = (struct op_pointwise){y, x, bias, channels, cols, mode, ones};
 }
 
 static void transpose(struct builder *B, const float *in, float *out, int rows, int cols) {
@@ -405,6 +405,12 @@ static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_
     return sp;
 }
 
+// The reduction of a product over k rows whose last is a row of ones (the bias): in fast mode
+// padded with rows of ones to a multiple of 4 (gpu_ones_rows), the weights there being zero.
+static int reduction(const struct builder *B, int k) {
+    return B->m->precision == MIMI_PRECISION_STRICT ? k : k - 1 + gpu_ones_rows(k - 1);
+}
+
 // The input side of a conv: [history | f(x)] of c's input, f = ELU when `elu`.
 static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c, const float *x, int T, int elu,
                                    float *hist, int ones) {
@@ -416,8 +422,9 @@ static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c,
 
 // y (c_out, R, T/S) = g(conv(f(x))) over [history | f(x)], f = ELU when `elu`, g = ELU when
 // `post_elu`, added to y when `accumulate`; then the newest history columns are carried. With
-// `with_bias`, W carries the bias as its last column (c_out, c_in*K + 1). Large products run as
-// im2col (with a row of ones for the bias) and one matrix product, which takes post_elu = 0 and
+// `with_bias`, W carries the bias as its column c_in*K (c_out, gpu_conv_ld(c_in*K + 1), zeros
+// after the bias). Large products run as im2col (with rows of ones for the bias and the zero
+// weights after it: gpu_ones_rows) and one matrix product, which takes post_elu = 0 and
 // accumulate = 0 only.
 static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, int with_bias,
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
@@ -436,11 +443,12 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
         return;
     }
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
-    // im2col (ck, N) from [hist | f(x)], then carry the newest H columns into hist
-    struct op_im2col a = conv_input(B, c, x, T, elu, hist, with_bias);
+    // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
+    const int kk = with_bias ? reduction(B, ck) : ck;
+    struct op_im2col a = conv_input(B, c, x, T, elu, hist, kk - (ck - with_bias));
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
     if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
-    gemm(B, 0, 0, N, c->c_out, ck, a.col, N, W, ld, y, N, 0.0f);
+    gemm(B, 0, 0, N, c->c_out, kk, a.col, N, W, ld, y, N, 0.0f);
 }
 
 // y (c_out, R, S*T) = convtr(x (c_in, R, T)), carrying each slot's tail.
@@ -472,7 +480,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
                             float *x, float *out, int T, float *hist) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
-    float *mid = scratch(B, B->L->sc_res[1]);  // (hid + 1, N)
+    float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
@@ -487,8 +495,9 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         return out;
     }
     plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 0, 0);
-    pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N);
-    gemm(B, 0, 0, N, c, hid + 1, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);
+    const int k2 = reduction(B, hid + 1);
+    pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N, k2 - hid);
+    gemm(B, 0, 0, N, c, k2, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);
     return x;
 }
 
@@ -507,7 +516,7 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
         case SEANET_ELU:
             // folded into the next conv's im2col when there is one, else applied in place
             if (i + 1 < s->n_layers && s->layers[i + 1].kind == SEANET_CONV) pending_elu = 1;
-            else if (in) pointwise(B, EW_ELU, in, NULL, NULL, 1, (size_t)l->channels_out * B->R * T);
+            else if (in) pointwise(B, EW_ELU, in, NULL, NULL, 1, (size_t)l->channels_out * B->R * T, 0);
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV:
