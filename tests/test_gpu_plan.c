@@ -579,6 +579,33 @@ static void agreement_check(const struct agreement *a, const char *what) {
     CHECK(rel <= 1e-5);
 }
 
+// The im2col and resblock scratch filled with NaN, so that a product reading a row that no op of
+// the step wrote (a missing row of ones) poisons the output.
+static void poison_products(struct emu_batch *e) {
+    // the layout's scratch order: resblock hidden activations, then im2col, then taps
+    for (size_t i = e->L.sc_res[1]; i < e->L.sc_taps; i++) e->scratch[i] = NAN;
+}
+
+// Two steps of WIDE slots through the emulated plans and a CPU batch pair of `model`, gated by
+// agreement_check; with `poison` the product scratch is poisoned before each step.
+static void wide_agreement(struct mimi_model *model, struct emu_batch *enc, struct emu_batch *dec, const float *clip,
+                           int poison, const char *what) {
+    struct mimi_batch *cenc, *cdec;
+    cpu_pair(model, WIDE, &cenc, &cdec);
+    int list[WIDE];
+    for (int s = 0; s < WIDE; s++) list[s] = s;
+    struct agreement agree = {0};
+    for (int step = 0; step < 2; step++) {
+        static float in[WIDE * 1920];
+        for (int s = 0; s < WIDE; s++) memcpy(in + s * 1920, clip + ((size_t)s * 3 + step) * 1920, sizeof(float) * 1920);
+        if (poison) poison_products(enc), poison_products(dec);
+        step_both(enc, dec, cenc, cdec, WIDE, list, in, &agree);
+    }
+    agreement_check(&agree, what);
+    mimi_batch_destroy(cenc);
+    mimi_batch_destroy(cdec);
+}
+
 // WIDE slots in one bucket: the plan takes the large-step ops (the fused resblock out of place,
 // then the history carry), and two steps of it give the CPU batch's codes and PCM.
 static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w, const float *clip) {
@@ -595,42 +622,29 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_TRANSFORMER), 0);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RVQ_CHAIN), 1);  // the acoustic levels
     CHECK_EQ(count_ops(&enc.plans[1], GOP_ARGMIN), 1);     // the semantic level
-    struct mimi_batch *cenc, *cdec;
-    cpu_pair(model, WIDE, &cenc, &cdec);
-    int list[WIDE];
-    for (int s = 0; s < WIDE; s++) list[s] = s;
-    struct agreement agree = {0};
-    for (int step = 0; step < 2; step++) {
-        static float in[WIDE * 1920];
-        for (int s = 0; s < WIDE; s++) memcpy(in + s * 1920, clip + ((size_t)s * 3 + step) * 1920, sizeof(float) * 1920);
-        step_both(&enc, &dec, cenc, cdec, WIDE, list, in, &agree);
-    }
-    agreement_check(&agree, "wide plan vs CPU, 2 steps");
-    mimi_batch_destroy(cenc);
-    mimi_batch_destroy(cdec);
+    wide_agreement(model, &enc, &dec, clip, 0, "wide plan vs CPU, 2 steps");
     emu_destroy(&enc);
     emu_destroy(&dec);
 }
 
 // ---- fast mode: products over reductions padded to a multiple of 4 ----
 
-// The im2col and resblock scratch filled with NaN, so that a product reading a row that no op of
-// the step wrote (a missing row of ones) poisons the output.
-static void poison_products(struct emu_batch *e) {
-    // the layout's scratch order: resblock hidden activations, then im2col, then taps
-    for (size_t i = e->L.sc_res[1]; i < e->L.sc_taps; i++) e->scratch[i] = NAN;
+// The synthetic model in a precision mode (NULL, after a failed check, when it does not load).
+static struct mimi_model *load_precision(int precision) {
+    struct mimi_model_params mp;
+    mimi_model_params_default(&mp);
+    mp.precision = precision;
+    int rc;
+    struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
+    CHECK(m != NULL);
+    return m;
 }
 
 // In fast mode every conv product of a wide step reduces over a multiple of 4 rows (the bias row
 // and rows of ones against zero weights), and the emulated plan, whose products are exact f32
 // loops, still gives the CPU's codes and PCM with the padding rows poisoned beforehand.
 static void test_fast_padding(const float *clip) {
-    struct mimi_model_params mp;
-    mimi_model_params_default(&mp);
-    mp.precision = MIMI_PRECISION_FAST;
-    int rc;
-    struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
-    CHECK(m != NULL);
+    struct mimi_model *m = load_precision(MIMI_PRECISION_FAST);
     if (!m) return;
     static struct gpu_weights w;
     CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
@@ -656,21 +670,7 @@ static void test_fast_padding(const float *clip) {
     CHECK(im2cols > 0);
     CHECK_EQ(padded, im2cols);
     CHECK_EQ(aligned, gemms);
-    struct mimi_batch *cenc, *cdec;
-    cpu_pair(m, WIDE, &cenc, &cdec);
-    int list[WIDE];
-    for (int s = 0; s < WIDE; s++) list[s] = s;
-    struct agreement agree = {0};
-    for (int step = 0; step < 2; step++) {
-        static float in[WIDE * 1920];
-        for (int s = 0; s < WIDE; s++) memcpy(in + s * 1920, clip + ((size_t)s * 3 + step) * 1920, sizeof(float) * 1920);
-        poison_products(&enc);
-        poison_products(&dec);
-        step_both(&enc, &dec, cenc, cdec, WIDE, list, in, &agree);
-    }
-    agreement_check(&agree, "fast-mode wide plan vs CPU, 2 steps");
-    mimi_batch_destroy(cenc);
-    mimi_batch_destroy(cdec);
+    wide_agreement(m, &enc, &dec, clip, 1, "fast-mode wide plan vs CPU, 2 steps");
     emu_destroy(&enc);
     emu_destroy(&dec);
     gpu_weights_release(&w);
@@ -852,12 +852,7 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
 // bfloat16, stays close to the CPU's f32 stream: a sanity bound on the rounding (the measured
 // fidelity of the mode is mimi-bench-gpu's), not a parity gate.
 static void test_bf16_rings(const float *clip, size_t f32_slot_elems) {
-    struct mimi_model_params mp;
-    mimi_model_params_default(&mp);
-    mp.precision = MIMI_PRECISION_FAST_BF16_KV;
-    int rc;
-    struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
-    CHECK(m != NULL);
+    struct mimi_model *m = load_precision(MIMI_PRECISION_FAST_BF16_KV);
     if (!m) return;
     static struct gpu_weights w;
     CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
