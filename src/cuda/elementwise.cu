@@ -32,9 +32,9 @@ static __global__ void pointwise_kernel(const struct op_pointwise a, int rows) {
     }
 }
 
-// EW_ELU and EW_ELU_ONES over rows of a multiple of 4 columns, 16 bytes per load and store (the
-// kernel above is bound by its instructions on the large steps' activations).
-static __global__ void elu4_kernel(const struct op_pointwise a, int rows) {
+// EW_ELU, EW_ELU_ONES and EW_GELU over rows of a multiple of 4 columns, 16 bytes per load and
+// store (the kernel above is bound by its instructions on the large steps' activations).
+static __global__ void act4_kernel(const struct op_pointwise a, int rows) {
     pdl_begin();
     const size_t cols4 = a.cols / 4;
     for (int c = blockIdx.y; c < rows; c += gridDim.y) {
@@ -46,16 +46,18 @@ static __global__ void elu4_kernel(const struct op_pointwise a, int rows) {
                 continue;
             }
             const float4 v = y[j];
-            y[j] = make_float4(elu_f(v.x), elu_f(v.y), elu_f(v.z), elu_f(v.w));
+            y[j] = a.mode == EW_GELU ? make_float4(gelu_f(v.x), gelu_f(v.y), gelu_f(v.z), gelu_f(v.w))
+                                     : make_float4(elu_f(v.x), elu_f(v.y), elu_f(v.z), elu_f(v.w));
         }
     }
 }
 
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
     const int rows = a->channels + (a->mode == EW_ELU_ONES ? a->ones : 0);
-    if ((a->mode == EW_ELU || a->mode == EW_ELU_ONES) && a->cols % 4 == 0 && (uintptr_t)a->y % 16 == 0) {
+    if ((a->mode == EW_ELU || a->mode == EW_ELU_ONES || a->mode == EW_GELU) && a->cols % 4 == 0 &&
+        (uintptr_t)a->y % 16 == 0) {
         const dim3 grid = grid_rows(a->cols / 4, 256, rows);
-        pdl_launch(elu4_kernel, grid, 256, 0, ex, *a, rows);
+        pdl_launch(act4_kernel, grid, 256, 0, ex, *a, rows);
         return launch_status(ex, "pointwise");
     }
     const dim3 grid = grid_rows(a->cols, 256, rows);

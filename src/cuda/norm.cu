@@ -6,56 +6,37 @@
  */
 #include "common.cuh"
 
-#define NORM_THREADS 256
+#define NORM_WARPS 8  // rows per block, a warp each
 
-// Sum of v over the block (every thread gets it); `red` holds one double per warp.
-static __device__ double block_sum(double v, double *red) {
-    for (int off = 16; off; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < n_warps ? red[lane] : 0.0;
-        for (int off = 16; off; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) red[32] = v;
-    }
-    __syncthreads();
-    double total = red[32];
-    __syncthreads();
-    return total;
-}
-
-// One block per row: residual (modes RESID, RESID_LN), then the norm (modes LN, RESID_LN).
-static __global__ void norm_kernel(const struct op_norm a) {
+// A warp per row: residual (modes RESID, RESID_LN), then the norm (modes LN, RESID_LN). Lane l
+// takes the row's values l, l + 32, ... in every pass (the later passes read them again, from
+// L1), so out may be x; no block-wide barriers.
+static __global__ void __launch_bounds__(32 * NORM_WARPS) norm_kernel(const struct op_norm a) {
     pdl_begin();
-    extern __shared__ float row[];  // (d)
-    __shared__ double red[33];
-    const int d = a.d;
-    float *x = a.x + (size_t)blockIdx.x * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    const int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32, d = a.d;
+    if (row >= a.rows) return;
+    float *x = a.x + (size_t)row * d;
+    double s = 0.0;
+    for (int i = lane; i < d; i += 32) {
         float v = x[i];
         if (a.mode != NORM_LN) {
-            v = __fadd_rn(v, __fmul_rn(a.scale[i], a.y[(size_t)blockIdx.x * d + i]));
+            v = __fadd_rn(v, __fmul_rn(a.scale[i], a.y[(size_t)row * d + i]));
             x[i] = v;
         }
-        row[i] = v;
+        s += v;
     }
     if (a.mode == NORM_RESID) return;
-    __syncthreads();
-    double s = 0.0;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) s += row[i];
-    const double mean = block_sum(s, red) / d;
+    const double mean = warp_sum_d(s) / d;
     double q = 0.0;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) q += ((double)row[i] - mean) * ((double)row[i] - mean);
-    const double var = block_sum(q, red) / d;
+    for (int i = lane; i < d; i += 32) q += ((double)x[i] - mean) * ((double)x[i] - mean);
+    const double var = warp_sum_d(q) / d;
     const float inv = (float)(1.0 / sqrt(var + (double)a.eps)), mf = (float)mean;
-    float *out = a.out + (size_t)blockIdx.x * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x)
-        out[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(row[i], mf), inv), a.w[i]), a.b[i]);
+    float *out = a.out + (size_t)row * d;
+    for (int i = lane; i < d; i += 32) out[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x[i], mf), inv), a.w[i]), a.b[i]);
 }
 
 static int launch_norm(const struct op_norm *a, struct gpu_exec *ex) {
-    pdl_launch(norm_kernel, a->rows, NORM_THREADS, sizeof(float) * a->d, ex, *a);
+    pdl_launch(norm_kernel, (a->rows + NORM_WARPS - 1) / NORM_WARPS, 32 * NORM_WARPS, 0, ex, *a);
     return launch_status(ex, "layernorm");
 }
 
