@@ -11,8 +11,9 @@
 // ---- im2col ----
 
 // col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (and
-// the rows of ones after them: i >= c_in is row c_in*K + i - c_in), x the output columns; each thread writes its column's K taps, so the
-// index arithmetic is done once per K values and consecutive threads write consecutive columns.
+// the rows of ones after them: i >= c_in is row c_in*K + i - c_in), x the output columns; each
+// thread writes its column's K taps, so the index arithmetic is done once per K values and
+// consecutive threads write consecutive columns.
 static __global__ void im2col_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
