@@ -8,7 +8,7 @@
  * are stored before any query runs, like the reference.
  *
  * Ring storage: f32, or bfloat16 with kv_bf16 (MIMI_PRECISION_FAST_BF16_KV), read by the one-pass
- * kernel only; arithmetic is f32 either way.
+ * and tiled (attention_tiled.cu) kernels only; arithmetic is f32 either way.
  */
 #include <stdint.h>
 

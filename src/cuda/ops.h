@@ -251,7 +251,7 @@ int mimi_cuda_norm(const struct op_norm *a, struct gpu_exec *ex);
 // slot row_slot[r] has absolute position next_pos + s; it sees ring entry j when
 // 0 <= pos - positions[j] < context (positions[j] = -1 marks an empty entry).
 // The rings hold f32, or with kv_bf16 bfloat16 (rounded to nearest even when stored; only the
-// one-pass kernel reads them, so kv_bf16 needs head_dim GPU_ATT_ONEPASS_HD). Either way a slot's
+// one-pass and tiled kernels read them, so kv_bf16 needs head_dim GPU_ATT_ONEPASS_HD). Either way a slot's
 // ring starts slot * slot_stride 4-byte elements after slot 0's.
 #define GPU_ATT_ONEPASS_HD 64
 struct op_attention {
