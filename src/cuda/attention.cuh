@@ -35,9 +35,9 @@ template <> struct ring4<__nv_bfloat16> {
 
 // ---- long steps (attention_tiled.cu) ----
 
-// Whether the tiled kernel takes this attention (head size 64, at least 32 query steps, a ring
-// that holds every position a step's queries can see); then attention_tiled runs it (rope
-// already done).
+// Whether the tiled kernel takes this attention (head size 64, at least 64 query steps, a ring
+// that holds every position a step's queries can see, 70 KB of shared memory per block); then
+// attention_tiled runs it (rope already done).
 int attention_tiled_fits(const struct op_attention *a);
 int attention_tiled(const struct op_attention *a, struct gpu_exec *ex);
 
