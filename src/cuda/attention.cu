@@ -191,15 +191,23 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 
 // ---- attention, one pass (head_dim 64: every Mimi and Pocket transformer) ----
 
+// Warps per block: the pipelined variant (PIPE, small steps) 8, the others ATTF_WARPS_WIDE. At
+// 2048 streams (eager, strict encode + decode) 8 warps took 64.2 ms per step, 4 took 62.3 and 2
+// took 62.0 (bf16 rings: 27.2, 26.7, 26.4); the smaller blocks are not in use until they have
+// passed the device tests (a first build launched them with the pipelined variant's block size).
 #define ATTF_WARPS 8
+#ifndef ATTF_WARPS_WIDE
+#define ATTF_WARPS_WIDE 8
+#endif
+#define ATTF_BLOCK_WARPS(PIPE) ((PIPE) ? ATTF_WARPS : ATTF_WARPS_WIDE)
 // Blocks each SM must hold (0: no bound): with bfloat16 rings and two query steps per block,
-// four (64 registers) instead of the three that 80 registers allow; at 2048 streams this took
-// that attention from 3.76 to 3.44 ms per step. f32 rings, bound by bandwidth, lost 2-4% with
-// four and keep the compiler's choice. The pipelined variant (PIPE, small steps) is unbounded.
-#define ATTF_MIN_BLOCKS(MAXS, T, PIPE) ((MAXS) == 2 && sizeof(T) == 2 && !(PIPE) ? 4 : 0)
+// 1024 threads (64 registers) instead of the 768 that 80 registers allow; at 2048 streams this
+// took that attention from 3.76 to 3.44 ms per step. f32 rings, bound by bandwidth, lost 2-4%
+// with that bound and keep the compiler's choice. The pipelined variant is unbounded.
+#define ATTF_MIN_BLOCKS(MAXS, T, PIPE) ((MAXS) == 2 && sizeof(T) == 2 && !(PIPE) ? 32 / ATTF_BLOCK_WARPS(PIPE) : 0)
 #define ATTF_HD GPU_ATT_ONEPASS_HD
 
-// One block per (row, head), ATTF_WARPS warps each owning a contiguous share of the ring. A warp
+// One block per (row, head), W warps each owning a contiguous share of the ring. A warp
 // reads two keys at a time (a half-warp per key, a float4 of its row per lane) together with the
 // same two value rows, four pairs per round so that 8 loads per lane are in flight, and keeps a
 // running maximum, sum and weighted value sum per step (the online softmax). Halves and warps are
@@ -208,10 +216,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 // issues the next round's loads before this round's arithmetic (more registers, fewer blocks
 // per SM): same results, for steps whose few blocks wait on memory latency.
 template <int MAXS, typename T, bool PIPE>
-static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, T, PIPE)) attention_onepass_kernel(const struct op_attention a) {
+static __global__ void __launch_bounds__(32 * ATTF_BLOCK_WARPS(PIPE), ATTF_MIN_BLOCKS(MAXS, T, PIPE)) attention_onepass_kernel(const struct op_attention a) {
     typedef typename ring4<T>::unit unit;
-    __shared__ float sm_m[ATTF_WARPS][MAXS], sm_l[ATTF_WARPS][MAXS];
-    __shared__ float4 sm_acc[ATTF_WARPS][MAXS][ATTF_HD / 4];
+    constexpr int W = ATTF_BLOCK_WARPS(PIPE);
+    __shared__ float sm_m[W][MAXS], sm_l[W][MAXS];
+    __shared__ float4 sm_acc[W][MAXS][ATTF_HD / 4];
     // this block's queries: steps s0 .. s0 + steps - 1 of the row
     const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * MAXS, steps = min(MAXS, a.steps - s0);
     const int d = a.d, ring = a.ring;
@@ -263,7 +272,7 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, 
         span = min(ring, a.context + steps - 1);
         lo = ((oldest % ring) + ring) % ring;
     }
-    const int share = (span + ATTF_WARPS - 1) / ATTF_WARPS;
+    const int share = (span + W - 1) / W;
     const int j_begin = warp * share, j_end = min(span, j_begin + share);
     onepass_span<MAXS, T, PIPE>(keys, values, positions, lo, ring, j_begin, j_end, d / 4, q, steps, pos0 + s0, a.context,
                                 scale, acc, m, l);
@@ -272,7 +281,7 @@ static __global__ void __launch_bounds__(32 * ATTF_WARPS, ATTF_MIN_BLOCKS(MAXS, 
     __syncthreads();
     for (int t = threadIdx.x; t < steps * (ATTF_HD / 4); t += blockDim.x) {
         const int s = t / (ATTF_HD / 4), i4 = t % (ATTF_HD / 4);
-        *(float4 *)(out + (size_t)s * d + 4 * i4) = onepass_merge_warps(ATTF_WARPS, MAXS, sm_m[0], sm_l[0], sm_acc[0][0], s, i4);
+        *(float4 *)(out + (size_t)s * d + 4 * i4) = onepass_merge_warps(W, MAXS, sm_m[0], sm_l[0], sm_acc[0][0], s, i4);
     }
 }
 
@@ -314,12 +323,13 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
         // small steps wait on memory latency: pipelined (one stream 0.550 -> 0.543 ms encode);
         // at 2048 streams the pipelined f32 kernel (116 registers, 2 blocks per SM) lost 9%
         const bool pipe = a->R <= GPU_SKINNY_MAX;
-        if (a->kv_bf16 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, true>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else if (a->kv_bf16 && per == 2) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else if (a->kv_bf16) pdl_launch(attention_onepass_kernel<4, __nv_bfloat16, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else if (per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, float, true>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else if (per == 2) pdl_launch(attention_onepass_kernel<2, float, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
-        else pdl_launch(attention_onepass_kernel<4, float, false>, grid, 32 * ATTF_WARPS, 0, ex, b);
+        const int threads = 32 * ATTF_BLOCK_WARPS(pipe && per == 2);  // the launched kernel's PIPE
+        if (a->kv_bf16 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, true>, grid, threads, 0, ex, b);
+        else if (a->kv_bf16 && per == 2) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, false>, grid, threads, 0, ex, b);
+        else if (a->kv_bf16) pdl_launch(attention_onepass_kernel<4, __nv_bfloat16, false>, grid, threads, 0, ex, b);
+        else if (per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, float, true>, grid, threads, 0, ex, b);
+        else if (per == 2) pdl_launch(attention_onepass_kernel<2, float, false>, grid, threads, 0, ex, b);
+        else pdl_launch(attention_onepass_kernel<4, float, false>, grid, threads, 0, ex, b);
         return launch_status(ex, "attention");
     }
     if (a->kv_bf16) {
