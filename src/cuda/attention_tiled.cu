@@ -179,21 +179,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_tiled_kernel(con
     }
 }
 
-// The shared memory a block of the current device may opt into (0 when it cannot be read).
-static size_t smem_optin(void) {
-    int dev = 0, bytes = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return (size_t)bytes;
-}
-
 int attention_tiled_fits(const struct op_attention *a) {
     return a->head_dim == ATT_HD && a->steps >= ATT_TQ && a->ring >= a->context + a->steps - 1 && a->d % 8 == 0 &&
            (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 && (uintptr_t)a->qkv % 16 == 0 &&
-           (uintptr_t)a->out % 16 == 0 && a->slot_stride % 4 == 0 && smem_optin() >= ATT_SMEM;
+           (uintptr_t)a->out % 16 == 0 && a->slot_stride % 4 == 0 &&
+           (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) >= ATT_SMEM;
 }
 
 int attention_tiled(const struct op_attention *a, struct gpu_exec *ex) {

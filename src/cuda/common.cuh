@@ -116,13 +116,18 @@ static __device__ __forceinline__ float warp_sum_f(float v) {
     return v;
 }
 
-// The number of SMs of the current device (0 on failure).
-static inline int device_sms(void) {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+// An attribute of the current device (0 on failure, the error cleared).
+static inline int device_attribute(enum cudaDeviceAttr attr) {
+    int device = 0, v = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
+        cudaGetLastError();
         return 0;
-    return n;
+    }
+    return v;
 }
+
+// The number of SMs of the current device (0 on failure).
+static inline int device_sms(void) { return device_attribute(cudaDevAttrMultiProcessorCount); }
 
 // ELU with alpha 1, as mimi_elu.
 static __device__ __forceinline__ float elu_f(float x) { return x > 0.0f ? x : expm1f(x); }

@@ -65,14 +65,9 @@ struct op_im2col {
     const int32_t *started;  // slot 0's started flag
     const int32_t *row_slot; // (R)
     size_t slot_stride;
-    int c_in, K, S, H, T, R, elu, replicate, ones;  // ones: rows of ones after the c_in*K
+    int c_in, K, S, H, T, R, elu, replicate;
+    int ones;  // rows of ones after the c_in*K: the bias row, in fast mode padded (plan.c's reduction)
 };
-// Rows of ones that follow `rows` product rows in an im2col (ones) or after EW_ELU_ONES's
-// channels, in fast mode: the bias row, then padding up to a multiple of 4 rows, whose weights
-// are zero. The reduction is then a multiple of 4, which cuBLAS's sm_90 TF32 kernels need (with
-// an odd one it falls back to sm_80 kernels of 4-byte loads). Strict mode takes the bias row
-// alone (its f32 kernels ran 0.5% faster so).
-static inline int gpu_ones_rows(int rows) { return ((rows + 4) & ~3) - rows; }
 int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 
 // hist = the last H columns of [hist | f(x)] for every non-padding row (same fields as im2col;
