@@ -192,12 +192,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 // ---- attention, one pass (head_dim 64: every Mimi and Pocket transformer) ----
 
 // Warps per block: the pipelined variant (PIPE, small steps) 8, the others ATTF_WARPS_WIDE. At
-// 2048 streams (eager, strict encode + decode) 8 warps took 64.2 ms per step, 4 took 62.3 and 2
-// took 62.0 (bf16 rings: 27.2, 26.7, 26.4); the smaller blocks are not in use until they have
-// passed the device tests (a first build launched them with the pipelined variant's block size).
+// 2048 streams (eager, encode + decode) 8 warps took 64.2 ms per strict step and 2 took 62.2
+// (bf16 rings: 27.3 and 26.5): smaller blocks, more of them resident on each SM.
 #define ATTF_WARPS 8
 #ifndef ATTF_WARPS_WIDE
-#define ATTF_WARPS_WIDE 8
+#define ATTF_WARPS_WIDE 2
 #endif
 #define ATTF_BLOCK_WARPS(PIPE) ((PIPE) ? ATTF_WARPS : ATTF_WARPS_WIDE)
 // Blocks each SM must hold (0: no bound): with bfloat16 rings and two query steps per block,
