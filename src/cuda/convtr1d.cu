@@ -84,7 +84,60 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
     }
 }
 
+// The same, 4 input steps per thread where T % 4 = 0 (the 4 lie in one row, and only the first
+// can be its step 0): 16-byte loads of each tap row, and the 4S contiguous outputs stored as S
+// 16-byte stores. The sums are convtr_pair's.
+template <int S>
+static __global__ void convtr_out2x4_kernel(const struct op_convtr a) {
+    pdl_begin();
+    const unsigned N = (unsigned)a.R * a.T, N4 = N / 4;
+    for (int o = blockIdx.y; o < a.c_out; o += gridDim.y) {
+        const float b = a.bias ? a.bias[o] : 0.0f;
+        const float *taps = a.taps + (size_t)o * 2 * S * N;
+        for (unsigned g = blockIdx.x * blockDim.x + threadIdx.x; g < N4; g += gridDim.x * blockDim.x) {
+            const unsigned n = 4 * g, r = n / a.T, t = n - r * a.T;
+            float out[4 * S];  // out[u*S + f]: output f of input step n + u
+#pragma unroll
+            for (int f = 0; f < S; f++) {
+                const float4 cur = *(const float4 *)(taps + (size_t)f * N + n);
+                const float4 prev = *(const float4 *)(taps + (size_t)(f + S) * N + n);
+                float first;
+                if (t > 0) {
+                    first = __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), cur.x);
+                } else {
+                    const int slot = a.row_slot[r];
+                    first = __fadd_rn(b, cur.x);
+                    if (slot >= 0) first = __fadd_rn(first, a.tail[(size_t)slot * a.slot_stride + (size_t)o * S + f]);
+                }
+                out[f] = first;
+                out[S + f] = __fadd_rn(__fadd_rn(b, prev.x), cur.y);
+                out[2 * S + f] = __fadd_rn(__fadd_rn(b, prev.y), cur.z);
+                out[3 * S + f] = __fadd_rn(__fadd_rn(b, prev.z), cur.w);
+            }
+            float4 *y = (float4 *)(a.y + ((size_t)o * N + n) * S);
+#pragma unroll
+            for (int q = 0; q < S; q++) y[q] = make_float4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]);
+        }
+    }
+}
+
+template <int S>
+static int launch_out2x4(const struct op_convtr *a, struct gpu_exec *ex) {
+    const dim3 grid = grid_rows((size_t)a->R * a->T / 4, 256, a->c_out);
+    pdl_launch(convtr_out2x4_kernel<S>, grid, 256, 0, ex, *a);
+    return launch_status(ex, "convtr_out");
+}
+
 static int launch_out(const struct op_convtr *a, struct gpu_exec *ex) {
+    if (a->taps && a->K == 2 * a->S && a->T % 4 == 0 && (uintptr_t)a->taps % 16 == 0 && (uintptr_t)a->y % 16 == 0) {
+        switch (a->S) {
+        case 4: return launch_out2x4<4>(a, ex);
+        case 5: return launch_out2x4<5>(a, ex);
+        case 6: return launch_out2x4<6>(a, ex);
+        case 8: return launch_out2x4<8>(a, ex);
+        default: break;
+        }
+    }
     if (a->taps && a->K == 2 * a->S) {
         const dim3 grid = grid_rows((size_t)a->R * a->T, 256, a->c_out);
         pdl_launch(convtr_out2_kernel, grid, 256, 0, ex, *a);

@@ -1,175 +1,34 @@
 /*
  * resblock.cu - a SEANet residual block over many columns in one kernel (op_resblock; reference
- * src/nn/seanet.c): the k3 conv's input window is staged once per block with its ELU, the hidden
- * activations stay in shared memory, and the 1x1 conv adds the residual as it stores. It stands
- * in for im2col, two products and an ELU pass on the top SEANet level of large steps (64 channels
- * over 1920 steps per frame): 3.0 ms against 4.4 ms for 2048 rows on an H200. At 128 channels
- * and 480 steps it lost to them (3.0 against 2.5 ms), so it takes 64 channels only.
+ * src/nn/seanet.c): the k3 conv's input window is staged once per tile with its ELU, the hidden
+ * activations stay on chip, and the 1x1 conv adds the residual as it stores. It stands in for
+ * im2col, two products and an ELU pass on the top SEANet level of large steps (64 channels over
+ * 1920 steps per frame). At 128 channels and 480 steps the first (f32) form lost to them (3.0
+ * against 2.5 ms for 2048 rows on an H200), so it takes 64 channels only.
  *
- * A block takes RB_TILE columns of one row and every channel; warp w computes the hidden outputs
- * w*RB_OUTS .. +RB_OUTS, each lane RB_COLS columns 32 apart (consecutive lanes read consecutive
- * shared words), so a reduction index costs RB_COLS shared loads and two broadcast 16-byte weight
- * loads for RB_OUTS * RB_COLS multiply-adds, in f32.
+ * Both precisions run persistent blocks of 4 warps (as many as run at once) that loop over tiles
+ * of RB_TILE columns of one row, so that the weights are staged in shared memory once per block.
+ * A tile:
+ * - window: lane l of warp w loads columns t0 + 4l .. +3 of channels w + 4q, 16-byte loads over
+ *   512 contiguous bytes of a row, then ELUs them and stores them as 16 bytes. Row i of xs holds
+ *   x column t0 - 4 + u at u: the tile's at 4 .., the two left of it at 2, 3 ([history | elu(x)]
+ *   on the first tile). While the products run, the next tile's lines go into L2. Where T % 4
+ *   leaves rows unaligned (not VEC) the window takes 4-byte loads.
+ * - the two products, f32 FMAs (strict) or TF32 mma (fast), then y = x + (b2 + W2 . h).
  */
 #include "cuda/common.cuh"
 
-#define RB_OUTS 8    // outputs per warp and pass (a multiple of 4)
-#define RB_COLS 4    // columns per lane
-#define RB_BATCH 13  // window loads in flight per thread
-#define RB_TILE (32 * RB_COLS)
-#define RB_WIN (RB_TILE + GPU_RESBLOCK_K - 1)
-// Blocks per SM: shared memory holds 6 windows of 130 columns; the bound keeps registers within
-// that (80). At 2048 rows: 160-column tiles, 27 loads in flight and 5 blocks took 3.25 ms; 96
-// columns and 8 blocks 3.02; this 3.01.
-#define RB_MIN_BLOCKS 6
-
-// The RB_OUTS floats at p (16-byte aligned), through the read-only path.
-static __device__ __forceinline__ void load_w(const float *p, float w[RB_OUTS]) {
-#pragma unroll
-    for (int q = 0; q < RB_OUTS / 4; q++) {
-        const float4 a = __ldg((const float4 *)p + q);
-        w[4 * q] = a.x, w[4 * q + 1] = a.y, w[4 * q + 2] = a.z, w[4 * q + 3] = a.w;
-    }
-}
-
-// acc[o][c] += w[o] * v[c] over one reduction index.
-static __device__ __forceinline__ void outer(float acc[RB_OUTS][RB_COLS], const float w[RB_OUTS],
-                                             const float v[RB_COLS]) {
-#pragma unroll
-    for (int c = 0; c < RB_COLS; c++)
-#pragma unroll
-        for (int o = 0; o < RB_OUTS; o++) acc[o][c] = fmaf(w[o], v[c], acc[o][c]);
-}
-
-template <int C>
-static __global__ void __launch_bounds__(32 * (C / 2 / RB_OUTS), RB_MIN_BLOCKS) resblock_kernel(const struct op_resblock a) {
-    constexpr int HID = C / 2, THREADS = 32 * (HID / RB_OUTS), K = GPU_RESBLOCK_K;
-    pdl_begin();
-    extern __shared__ float xs[];  // (C, RB_WIN): xin over the tile's window; then h (HID, RB_TILE)
-    const struct op_im2col &in = a.in;
-    const int T = in.T, tiles = (T + RB_TILE - 1) / RB_TILE;
-    const int r = blockIdx.x / tiles, t0 = (blockIdx.x - r * tiles) * RB_TILE;
-    const int lane = threadIdx.x & 31, j0 = (threadIdx.x >> 5) * RB_OUTS;
-    // the window: xin(i, r, t0 + u) for u < RB_WIN, zeros past the row's end. Each thread has
-    // RB_BATCH loads of x in flight before it applies the ELU (with fewer the kernel waited on
-    // them: in 160-column tiles 5.0 ms at 9, 6.0 ms at 1, 3.4 ms at 27 for 2048 rows); the
-    // history's H columns (first tile only) are filled apart.
-    static_assert(C * RB_WIN % (THREADS * RB_BATCH) == 0, "the window splits evenly");
-    const int H = in.H;
-#pragma unroll 1
-    for (int e0 = threadIdx.x; e0 < C * RB_WIN; e0 += THREADS * RB_BATCH) {
-        float v[RB_BATCH];
-#pragma unroll
-        for (int q = 0; q < RB_BATCH; q++) {
-            const int e = e0 + q * THREADS, i = e / RB_WIN, t = t0 + e - i * RB_WIN - H;
-            v[q] = t >= 0 && t < T ? in.x[((size_t)i * in.R + r) * T + t] : 0.0f;
-        }
-#pragma unroll
-        for (int q = 0; q < RB_BATCH; q++) {
-            const int e = e0 + q * THREADS;
-            if (t0 + e % RB_WIN >= H) xs[e] = elu_f(v[q]);
-        }
-    }
-    if (t0 == 0)
-        for (int e = threadIdx.x; e < C * H; e += THREADS) xs[(e / H) * RB_WIN + e % H] = xin(in, e / H, r, e % H);
-    __syncthreads();
-
-    // h = elu(b1 + W1 . window) for this warp's outputs and this lane's columns
-    float acc[RB_OUTS][RB_COLS] = {}, w[RB_OUTS], v[RB_COLS];
-#pragma unroll 2  // two channels' loads in flight together: 3.41 -> 3.30 ms at 2048 rows
-    for (int i = 0; i < C; i++) {
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            load_w(a.w1t + (size_t)(i * K + k) * HID + j0, w);
-#pragma unroll
-            for (int c = 0; c < RB_COLS; c++) v[c] = xs[i * RB_WIN + 32 * c + lane + k];
-            outer(acc, w, v);
-        }
-    }
-    load_w(a.w1t + (size_t)C * K * HID + j0, w);
-    __syncthreads();  // every warp is done with the window: h takes its place
-    float *h = xs;
-#pragma unroll
-    for (int o = 0; o < RB_OUTS; o++)
-#pragma unroll
-        for (int c = 0; c < RB_COLS; c++) h[(j0 + o) * RB_TILE + 32 * c + lane] = elu_f(acc[o][c] + w[o]);
-    __syncthreads();
-
-    // y = x + (b2 + W2 . h): outputs j0 .. +RB_OUTS, then HID + j0 .. +RB_OUTS
-#pragma unroll 1
-    for (int o0 = j0; o0 < C; o0 += HID) {
-#pragma unroll
-        for (int o = 0; o < RB_OUTS; o++)
-#pragma unroll
-            for (int c = 0; c < RB_COLS; c++) acc[o][c] = 0.0f;
-#pragma unroll 2
-        for (int j = 0; j < HID; j++) {
-            load_w(a.w2t + (size_t)j * C + o0, w);
-#pragma unroll
-            for (int c = 0; c < RB_COLS; c++) v[c] = h[j * RB_TILE + 32 * c + lane];
-            outer(acc, w, v);
-        }
-        load_w(a.w2t + (size_t)HID * C + o0, w);
-#pragma unroll
-        for (int c = 0; c < RB_COLS; c++) {
-            const int t = t0 + 32 * c + lane;
-            if (t >= T) continue;
-#pragma unroll
-            for (int o = 0; o < RB_OUTS; o++) {
-                const size_t at = ((size_t)(o0 + o) * in.R + r) * T + t;
-                a.y[at] = in.x[at] + (acc[o][c] + w[o]);
-            }
-        }
-    }
-}
-
-// ---- TF32 tensor cores (the fast precisions) ----
-//
-// The same block in the fast precisions, its two products on mma.sync m16n8k8 (TF32 operands
-// rounded to nearest, f32 accumulation) instead of f32 FMAs. Rounded are the ELU'd window, W1,
-// W2 and h = elu(b1 + W1 . window); y = x + (b2 + W2 . h) in f32, with x read again as it is.
-//
-// Persistent blocks of 4 warps (as many as run at once) loop over tiles of TT_TILE columns of one
-// row, so that the weights are staged once per block: TF32-rounded, in fragment order (a lane's
-// fragment is one 16-byte load). A tile:
-// - window: lane l of warp w loads columns t0 + 4l .. +3 of channels w + 4q, 16-byte loads over
-//   512 contiguous bytes of a row, then ELUs, rounds and stores them as 16 bytes. Row i of xs
-//   holds x columns t0 - 4 + u at u: the tile's at 4 .., the two left of it at 2, 3 ([history |
-//   elu(x)] on the first tile). While the products run, the next tile's lines go into L2.
-// - h^T = window^T . W1^T: warp w takes columns 32w .. +31 (2 fragments of 16) for all 32 hidden
-//   (4 of 8). The reduction index runs tap-major, kk = k*C + i, so that a fragment's 8 indices
-//   are 8 channels of one tap: lanes (g, t) read window rows t and t + 4 at pitch TT_XP = 8
-//   (mod 32) and columns g, distinct banks.
-// - y - x - b2 = W2 . h: h^T's accumulators, ELU'd and rounded in place, are h's B fragments once
-//   W2's hidden index is staged in their order (slots t, t + 4 of step p: hidden 8p + 2t, + 1), so
-//   h never goes through shared memory.
-// - the output tile goes to xs (the window's place) and leaves by rows: 16-byte loads of x and
-//   stores of y, 512 contiguous bytes per warp. Where T % 4 leaves rows unaligned (not VEC) the
-//   window takes 4-byte loads and the output a column per thread.
-// Per warp and tile that is about 4.7k instructions in the SASS against 8.8k executed by a first
-// version (the weights staged per tile, a division per window element, scattered epilogue
-// stores): most of it the ELU (97 per lane), 0.5k the 256 mma and their fragment loads. Shared
-// memory 66.4 KB (W1 24, W2 8, window and output tile 34) for 3 blocks (12 warps) per SM, whose
-// bound holds registers to 168. At 2048 rows on an H200: the f32 kernel 3.04 ms, that first
-// version 2.91, this one 1.40, and 1.12-1.13 with the ELU computed without its branch (elu_sel).
-#define TT_TILE 128
-#define TT_THREADS 128
-#define TT_XP (TT_TILE + 8)  // window and output tile row pitch (>= TT_TILE + 4)
-#define TT_MIN_BLOCKS 3  // what the shared memory allows
-#define TT_SMEM_FLOATS(C) ((C) * GPU_RESBLOCK_K * (C) / 2 + (C) / 2 * (C) + (C) / 2 + (C) + (C) * TT_XP)
+#define RB_TILE 128
+#define RB_THREADS 128
+#define RB_XP (RB_TILE + 8)  // window row pitch (>= RB_TILE + 4)
+#define RB_MIN_BLOCKS 3      // what the shared memory allows
+// W1, W2 (each without its bias row), b1, b2, the window
+#define RB_SMEM_FLOATS(C) ((C) * GPU_RESBLOCK_K * (C) / 2 + (C) / 2 * (C) + (C) / 2 + (C) + (C) * RB_XP)
 
 static __device__ __forceinline__ float tf32_round(float v) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
     return __uint_as_float(r);
-}
-
-// acc (16 x 8 fragment) += A (16 x 8, a) . B (8 x 8, b)
-static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], const float b[2]) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
-          "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
 }
 
 // elu_f's value, bit for bit, without its branch (expm1f computed for every x), so that the ELUs
@@ -195,71 +54,208 @@ static __device__ __forceinline__ float4 load4(const float *p, int n) {
                        n > 3 ? __ldg(p + 3) : 0.0f);
 }
 
+// xs (C, RB_XP) = the window of tile (r, t0): xin columns t0 .. t0 + RB_TILE + 1 at u = 2 .., ELU'd
+// (and TF32-rounded when TF32). The loads are issued before the barrier that waits for the tile
+// before to be done with xs.
+template <int C, bool VEC, bool TF32>
+static __device__ __forceinline__ void stage_window(float *xs, const struct op_im2col &in, int r, int t0) {
+    static_assert(RB_THREADS == 2 * C, "a thread per left column of each channel");
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, T = in.T, R = in.R;
+    const size_t cs = (size_t)R * T, at = ((size_t)w * R + r) * T + t0 + 4 * lane;
+    float4 v[C / 4];
+#pragma unroll
+    for (int q = 0; q < C / 4; q++) v[q] = load4<VEC>(in.x + at + 4 * q * cs, T - t0 - 4 * lane);
+    const float left = t0 > 0 ? in.x[((size_t)(tid >> 1) * R + r) * T + t0 - 2 + (tid & 1)] : 0.0f;
+    __syncthreads();  // the tile before is done with xs
+    auto f = [](float x) { return TF32 ? tf32_round(elu_sel(x)) : elu_sel(x); };
+#pragma unroll
+    for (int q = 0; q < C / 4; q++)
+        *(float4 *)(xs + (w + 4 * q) * RB_XP + 4 + 4 * lane) = make_float4(f(v[q].x), f(v[q].y), f(v[q].z), f(v[q].w));
+    // [history | elu(x)] columns t0, t0 + 1: the history on the first tile
+    const float h = t0 > 0 ? elu_sel(left) : xin(in, tid >> 1, r, tid & 1);
+    xs[(tid >> 1) * RB_XP + 2 + (tid & 1)] = TF32 ? tf32_round(h) : h;
+    __syncthreads();
+}
+
+// Tile `tile`'s window lines into L2 (columns 32j of its rows, and the last).
+template <int C>
+static __device__ __forceinline__ void prefetch_tile(const struct op_im2col &in, int tile, int ntiles) {
+    const int tid = threadIdx.x, T = in.T;
+    const int r = tile / ntiles, t0 = (tile - r * ntiles) * RB_TILE;
+    const int c = t0 + 32 * (tid & 3), last = min(t0 + RB_TILE, T) - 1;
+#pragma unroll
+    for (int h = 0; h < C / 32; h++) {
+        const float *row = in.x + ((size_t)((tid >> 2) + 32 * h) * in.R + r) * T;
+        if (c < T) prefetch_line(row + c);
+        if ((tid & 3) == 3) prefetch_line(row + last);
+    }
+}
+
+// ---- f32 (strict) ----
+//
+// Warp w computes hidden outputs 8w .. +7 and lane l the tile's columns 4l .. +3: per input
+// channel two 16-byte window loads give the six columns its three taps read, and each tap's 8
+// weights are two broadcast 16-byte loads, for 96 multiply-adds. h = elu(b1 + W1 . window) goes to
+// xs (the window's place) as rows; the 1x1 conv then takes outputs 8w .. +7 and 32 + 8w .. +7 over
+// h, 16-byte loads of h and of x and stores of y. Each output sums its reduction in the order of
+// the im2col form (channel, then tap, then the bias), in f32 FMAs.
 template <int C, bool VEC>
-static __global__ void __launch_bounds__(TT_THREADS, TT_MIN_BLOCKS) resblock_tf32_kernel(const struct op_resblock a) {
+static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_f32_kernel(const struct op_resblock a) {
+    constexpr int HID = C / 2, K = GPU_RESBLOCK_K, KK = C * K, OUTS = HID / (RB_THREADS / 32);
+    static_assert(HID == 32 && C == 64 && OUTS == 8, "the tiling assumes 64 channels, 32 hidden, 4 warps");
+    extern __shared__ __align__(16) float sm[];
+    float *w1s = sm;              // (KK + 1, HID): W1^T, its last row b1
+    float *w2s = w1s + (KK + 1) * HID;  // (HID + 1, C): W2^T, its last row b2
+    float *xs = w2s + (HID + 1) * C;    // (C, RB_XP): the window; then h (HID, RB_XP)
+    static_assert(RB_SMEM_FLOATS(C) == (KK + 1) * HID + (HID + 1) * C + C * RB_XP, "the layout");
+    const int tid = threadIdx.x, lane = tid & 31, j0 = (tid >> 5) * OUTS;
+    // the weights (written by no kernel of the step: staged before the wait)
+    for (int e = tid; e < (KK + 1) * HID / 4; e += RB_THREADS) ((float4 *)w1s)[e] = ((const float4 *)a.w1t)[e];
+    for (int e = tid; e < (HID + 1) * C / 4; e += RB_THREADS) ((float4 *)w2s)[e] = ((const float4 *)a.w2t)[e];
+    pdl_begin();
+
+    const struct op_im2col &in = a.in;
+    const int T = in.T, R = in.R, ntiles = (T + RB_TILE - 1) / RB_TILE, tiles = R * ntiles, stride = gridDim.x;
+#pragma unroll 1
+    for (int tile = blockIdx.x; tile < tiles; tile += stride) {
+        const int r = tile / ntiles, t0 = (tile - r * ntiles) * RB_TILE, n = T - t0 - 4 * lane;
+        stage_window<C, VEC, false>(xs, in, r, t0);
+        if (tile + stride < tiles) prefetch_tile<C>(in, tile + stride, ntiles);
+        // acc[o][c]: hidden j0 + o at column 4l + c, over xin columns 4l + c + k (window u + 2)
+        float acc[OUTS][4] = {};
+#pragma unroll 2
+        for (int i = 0; i < C; i++) {
+            const float4 lo = *(const float4 *)(xs + i * RB_XP + 4 * lane), hi = *(const float4 *)(xs + i * RB_XP + 4 * lane + 4);
+            const float v[6] = {lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const float4 wa = *(const float4 *)(w1s + (i * K + k) * HID + j0), wb = *(const float4 *)(w1s + (i * K + k) * HID + j0 + 4);
+                const float w[OUTS] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+#pragma unroll
+                    for (int o = 0; o < OUTS; o++) acc[o][c] = fmaf(w[o], v[k + c], acc[o][c]);
+            }
+        }
+        __syncthreads();  // every warp is done with the window: h takes its place
+#pragma unroll
+        for (int o = 0; o < OUTS; o++) {
+            const float b = w1s[KK * HID + j0 + o];
+            *(float4 *)(xs + (j0 + o) * RB_XP + 4 * lane) = make_float4(
+                elu_sel(acc[o][0] + b), elu_sel(acc[o][1] + b), elu_sel(acc[o][2] + b), elu_sel(acc[o][3] + b));
+        }
+        __syncthreads();
+        // y = x + (b2 + W2 . h): outputs o0 = j0, then HID + j0
+#pragma unroll 1
+        for (int o0 = j0; o0 < C; o0 += HID) {
+#pragma unroll
+            for (int o = 0; o < OUTS; o++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[o][c] = 0.0f;
+#pragma unroll 4
+            for (int j = 0; j < HID; j++) {
+                const float4 h4 = *(const float4 *)(xs + j * RB_XP + 4 * lane);
+                const float hv[4] = {h4.x, h4.y, h4.z, h4.w};
+                const float4 wa = *(const float4 *)(w2s + j * C + o0), wb = *(const float4 *)(w2s + j * C + o0 + 4);
+                const float w[OUTS] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+#pragma unroll
+                    for (int o = 0; o < OUTS; o++) acc[o][c] = fmaf(w[o], hv[c], acc[o][c]);
+            }
+            const size_t at = ((size_t)o0 * R + r) * T + t0 + 4 * lane;
+#pragma unroll
+            for (int o = 0; o < OUTS; o++) {
+                const float b = w2s[HID * C + o0 + o];
+                const size_t ao = at + (size_t)o * R * T;
+                if (VEC) {
+                    if (n <= 0) continue;
+                    const float4 x = *(const float4 *)(in.x + ao);
+                    __stcs((float4 *)(a.y + ao), make_float4(x.x + (acc[o][0] + b), x.y + (acc[o][1] + b),
+                                                             x.z + (acc[o][2] + b), x.w + (acc[o][3] + b)));
+                } else {
+#pragma unroll
+                    for (int c = 0; c < 4; c++)
+                        if (c < n) a.y[ao + c] = in.x[ao + c] + (acc[o][c] + b);
+                }
+            }
+        }
+    }
+}
+
+// ---- TF32 tensor cores (the fast precisions) ----
+//
+// The same block in the fast precisions, its two products on mma.sync m16n8k8 (TF32 operands
+// rounded to nearest, f32 accumulation) instead of f32 FMAs. Rounded are the ELU'd window, W1,
+// W2 and h = elu(b1 + W1 . window); y = x + (b2 + W2 . h) in f32, with x read again as it is.
+//
+// The weights are staged TF32-rounded, in fragment order (a lane's fragment is one 16-byte load).
+// After the window (rounded too):
+// - h^T = window^T . W1^T: warp w takes columns 32w .. +31 (2 fragments of 16) for all 32 hidden
+//   (4 of 8). The reduction index runs tap-major, kk = k*C + i, so that a fragment's 8 indices
+//   are 8 channels of one tap: lanes (g, t) read window rows t and t + 4 at pitch RB_XP = 8
+//   (mod 32) and columns g, distinct banks.
+// - y - x - b2 = W2 . h: h^T's accumulators, ELU'd and rounded in place, are h's B fragments once
+//   W2's hidden index is staged in their order (slots t, t + 4 of step p: hidden 8p + 2t, + 1), so
+//   h never goes through shared memory.
+// - the output tile goes to xs (the window's place) and leaves by rows: 16-byte loads of x and
+//   stores of y, 512 contiguous bytes per warp (a column per thread where not VEC).
+// Per warp and tile that is about 4.7k instructions in the SASS against 8.8k executed by a first
+// version (the weights staged per tile, a division per window element, scattered epilogue
+// stores): most of it the ELU (97 per lane), 0.5k the 256 mma and their fragment loads. Shared
+// memory 66.4 KB (W1 24, W2 8, window and output tile 34) for 3 blocks (12 warps) per SM, whose
+// bound holds registers to 168. At 2048 rows on an H200: the first f32 kernel 3.04 ms, that first
+// version 2.91, this one 1.40, and 1.12-1.13 with the ELU computed without its branch (elu_sel).
+
+// acc (16 x 8 fragment) += A (16 x 8, a) . B (8 x 8, b)
+static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], const float b[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+          "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
+}
+
+
+template <int C, bool VEC>
+static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf32_kernel(const struct op_resblock a) {
     constexpr int HID = C / 2, K = GPU_RESBLOCK_K, KK = C * K;
-    static_assert(HID == 32 && C == 64 && TT_TILE == 128 && TT_THREADS == 2 * C,
+    static_assert(HID == 32 && C == 64 && RB_TILE == 128 && RB_THREADS == 2 * C,
                   "the tiling assumes 64 channels, 32 hidden, 4 warps");
     extern __shared__ __align__(16) float sm[];
     float *w1f = sm;              // (KK/8, 2, 32, 4): step s's W1^T B fragments, lane l, hidden 16u .. +15
     float *w2f = w1f + KK * HID;  // (HID/8, 4, 32, 4): step p's W2 A fragments, lane l, outputs 16m .. +15
     float *b1s = w2f + HID * C, *b2s = b1s + HID;
-    float *xs = b2s + C;          // (C, TT_XP): tf32(xin) of x column t0 - 4 + u at u; then the output tile
+    float *xs = b2s + C;          // (C, RB_XP): the window (tf32(xin)); then the output tile
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, w = tid >> 5;
     // the weights (written by no kernel of the step: staged before the wait). w1f[s, u, l] holds
     // W1^T[kk, j] at kk = 8s + t (b0), + 4 (b1) and j = 16u + g, then j + 8; w2f[p, m, l] holds W2[o, j]
     // at o = 16m + g (a0, a2), + 8 (a1, a3) and j = 8p + 2t (a0, a1), + 1 (a2, a3); (g, t) of lane l
-    for (int e = tid; e < KK * HID; e += TT_THREADS) {
+    for (int e = tid; e < KK * HID; e += RB_THREADS) {
         const int f = e & 3, l = (e >> 2) & 31, u = (e >> 7) & 1, s = e >> 8;
         const int kk = 8 * s + (l & 3) + 4 * (f & 1), j = 16 * u + 8 * (f >> 1) + (l >> 2);
         w1f[e] = tf32_round(a.w1t[(size_t)(kk % C * K + kk / C) * HID + j]);
     }
-    for (int e = tid; e < HID * C; e += TT_THREADS) {
+    for (int e = tid; e < HID * C; e += RB_THREADS) {
         const int f = e & 3, l = (e >> 2) & 31, m = (e >> 7) & 3, p = e >> 9;
         const int o = 16 * m + (l >> 2) + 8 * (f & 1), j = 8 * p + 2 * (l & 3) + (f >> 1);
         w2f[e] = tf32_round(a.w2t[(size_t)j * C + o]);
     }
-    for (int e = tid; e < HID + C; e += TT_THREADS)  // b1s, then b2s
+    for (int e = tid; e < HID + C; e += RB_THREADS)  // b1s, then b2s
         b1s[e] = e < HID ? a.w1t[(size_t)KK * HID + e] : a.w2t[(size_t)HID * C + e - HID];
     pdl_begin();
 
     const struct op_im2col &in = a.in;
-    const int T = in.T, R = in.R, ntiles = (T + TT_TILE - 1) / TT_TILE, tiles = R * ntiles, stride = gridDim.x;
+    const int T = in.T, R = in.R, ntiles = (T + RB_TILE - 1) / RB_TILE, tiles = R * ntiles, stride = gridDim.x;
     const size_t cs = (size_t)R * T;  // channel stride
 #pragma unroll 1
     for (int tile = blockIdx.x; tile < tiles; tile += stride) {
-        const int r = tile / ntiles, t0 = (tile - r * ntiles) * TT_TILE, n = T - t0 - 4 * lane;
-        // this lane's columns of channels w + 4q, and x[tid/2, r, t0 - 2 + tid%2] left of the tile
-        const size_t at = ((size_t)w * R + r) * T + t0 + 4 * lane;
-        float4 v[C / 4];
-#pragma unroll
-        for (int q = 0; q < C / 4; q++) v[q] = load4<VEC>(in.x + at + 4 * q * cs, n);
-        const float left = t0 > 0 ? in.x[((size_t)(tid >> 1) * R + r) * T + t0 - 2 + (tid & 1)] : 0.0f;
-        __syncthreads();  // the tile before has stored its output from xs
-#pragma unroll
-        for (int q = 0; q < C / 4; q++)
-            *(float4 *)(xs + (w + 4 * q) * TT_XP + 4 + 4 * lane) =
-                make_float4(tf32_round(elu_sel(v[q].x)), tf32_round(elu_sel(v[q].y)), tf32_round(elu_sel(v[q].z)),
-                            tf32_round(elu_sel(v[q].w)));
-        // [history | elu(x)] columns t0, t0 + 1: the history on the first tile
-        xs[(tid >> 1) * TT_XP + 2 + (tid & 1)] = tf32_round(t0 > 0 ? elu_sel(left) : xin(in, tid >> 1, r, tid & 1));
-        __syncthreads();
-
-        // the next tile's window into L2 ahead of its loads (columns 32j of its rows, and the last)
-        if (tile + stride < tiles) {
-            const int rn = (tile + stride) / ntiles, tn = (tile + stride - rn * ntiles) * TT_TILE;
-            const int c = tn + 32 * (tid & 3), last = min(tn + TT_TILE, T) - 1;
-#pragma unroll
-            for (int h = 0; h < C / 32; h++) {
-                const float *row = in.x + ((size_t)((tid >> 2) + 32 * h) * R + rn) * T;
-                if (c < T) prefetch_line(row + c);
-                if ((tid & 3) == 3) prefetch_line(row + last);
-            }
-        }
+        const int r = tile / ntiles, t0 = (tile - r * ntiles) * RB_TILE, n = T - t0 - 4 * lane;
+        stage_window<C, VEC, true>(xs, in, r, t0);
+        if (tile + stride < tiles) prefetch_tile<C>(in, tile + stride, ntiles);
         // h^T (columns 32w + 16q .. +15, hidden 8p .. +7) = window^T . W1^T over kk = 8s ..: tap
         // k = kk / C, channels i0 = kk % C ..; A = xs rows i0 + t (+ 4), columns 32w + 16q + g (+ 8) + 2 + k
         float acc[2][4][4] = {};
-        const float *xa = xs + t * TT_XP + 32 * w + g + 2;
+        const float *xa = xs + t * RB_XP + 32 * w + g + 2;
         const float4 *wb = (const float4 *)w1f + lane;
 #pragma unroll
         for (int s = 0; s < KK / 8; s++) {
@@ -267,8 +263,8 @@ static __global__ void __launch_bounds__(TT_THREADS, TT_MIN_BLOCKS) resblock_tf3
             float fa[2][4], fb[4][2];
 #pragma unroll
             for (int q = 0; q < 2; q++) {
-                const float *x = xa + i0 * TT_XP + 16 * q + k;
-                fa[q][0] = x[0], fa[q][1] = x[8], fa[q][2] = x[4 * TT_XP], fa[q][3] = x[4 * TT_XP + 8];
+                const float *x = xa + i0 * RB_XP + 16 * q + k;
+                fa[q][0] = x[0], fa[q][1] = x[8], fa[q][2] = x[4 * RB_XP], fa[q][3] = x[4 * RB_XP + 8];
             }
 #pragma unroll
             for (int u = 0; u < 2; u++) {
@@ -321,7 +317,7 @@ static __global__ void __launch_bounds__(TT_THREADS, TT_MIN_BLOCKS) resblock_tf3
                     const float b = b2s[o];
 #pragma unroll
                     for (int n = 0; n < 4; n++)
-                        *(float2 *)(xs + o * TT_XP + 32 * w + 8 * n + 2 * t) =
+                        *(float2 *)(xs + o * RB_XP + 32 * w + 8 * n + 2 * t) =
                             make_float2(acc2[m][n][2 * hi] + b, acc2[m][n][2 * hi + 1] + b);
                 }
         }
@@ -336,7 +332,7 @@ static __global__ void __launch_bounds__(TT_THREADS, TT_MIN_BLOCKS) resblock_tf3
             if (n > 0)
 #pragma unroll
                 for (int q = 0; q < C / 4; q++) {
-                    const float4 br = *(const float4 *)(xs + (16 * w + q) * TT_XP + 4 * lane), x = xr[q];
+                    const float4 br = *(const float4 *)(xs + (16 * w + q) * RB_XP + 4 * lane), x = xr[q];
                     __stcs((float4 *)(a.y + ao + q * cs), make_float4(x.x + br.x, x.y + br.y, x.z + br.z, x.w + br.w));
                 }
         } else {
@@ -349,38 +345,24 @@ static __global__ void __launch_bounds__(TT_THREADS, TT_MIN_BLOCKS) resblock_tf3
             __syncthreads();
             if (col)
 #pragma unroll
-                for (int o = 0; o < C; o++) __stcs(yo + o * cs, xr[o] + xs[o * TT_XP + tid]);
+                for (int o = 0; o < C; o++) __stcs(yo + o * cs, xr[o] + xs[o * RB_XP + tid]);
         }
     }
 }
 
-template <int C, bool VEC>
-static int launch_tf32(const struct op_resblock *a, struct gpu_exec *ex) {
-    const size_t smem = sizeof(float) * TT_SMEM_FLOATS(C);
-    const int tiles = a->in.R * ((a->in.T + TT_TILE - 1) / TT_TILE);
+// As many blocks as run at once (each stages the weights once), at most one per tile.
+template <typename Kernel>
+static int launch_persistent(Kernel kernel, const struct op_resblock *a, struct gpu_exec *ex) {
+    const size_t smem = sizeof(float) * RB_SMEM_FLOATS(64);
+    const int tiles = a->in.R * ((a->in.T + RB_TILE - 1) / RB_TILE);
     const int sms = device_sms();
     int per_sm = 0;
-    if (cudaFuncSetAttribute(resblock_tf32_kernel<C, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess ||
-        !sms ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, resblock_tf32_kernel<C, VEC>, TT_THREADS, smem) !=
-            cudaSuccess)
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess || !sms ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, RB_THREADS, smem) != cudaSuccess)
         return launch_status(ex, "resblock (occupancy)");
-    // as many blocks as run at once (each stages the weights once), at most one per tile
     int blocks = sms * (per_sm > 0 ? per_sm : 1);
     if (blocks > tiles) blocks = tiles > 0 ? tiles : 1;
-    pdl_launch(resblock_tf32_kernel<C, VEC>, dim3(blocks), dim3(TT_THREADS), smem, ex, *a);
-    return launch_status(ex, "resblock");
-}
-
-template <int C>
-static int launch(const struct op_resblock *a, struct gpu_exec *ex) {
-    const size_t smem = sizeof(float) * C * RB_WIN;
-    const unsigned blocks = (unsigned)a->in.R * ((a->in.T + RB_TILE - 1) / RB_TILE);
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(resblock_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-        return launch_status(ex, "resblock (shared memory)");
-    pdl_launch(resblock_kernel<C>, dim3(blocks), dim3(32 * (C / 2 / RB_OUTS)), smem, ex, *a);
+    pdl_launch(kernel, dim3(blocks), dim3(RB_THREADS), smem, ex, *a);
     return launch_status(ex, "resblock");
 }
 
@@ -393,8 +375,11 @@ extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *
                      a->hid, a->in.K, a->in.S, a->in.H);
         return MIMI_EUNSUPPORTED;
     }
-    if (ex->precision == MIMI_PRECISION_STRICT) return launch<64>(a, ex);
     // 16-byte loads and stores where every row is 16-byte aligned
-    const int vec = a->in.T % 4 == 0 && (uintptr_t)a->in.x % 16 == 0 && (uintptr_t)a->y % 16 == 0;
-    return vec ? launch_tf32<64, true>(a, ex) : launch_tf32<64, false>(a, ex);
+    const bool vec = a->in.T % 4 == 0 && (uintptr_t)a->in.x % 16 == 0 && (uintptr_t)a->y % 16 == 0;
+    if (ex->precision == MIMI_PRECISION_STRICT)
+        return vec ? launch_persistent(resblock_f32_kernel<64, true>, a, ex)
+                   : launch_persistent(resblock_f32_kernel<64, false>, a, ex);
+    return vec ? launch_persistent(resblock_tf32_kernel<64, true>, a, ex)
+               : launch_persistent(resblock_tf32_kernel<64, false>, a, ex);
 }
