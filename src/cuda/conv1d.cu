@@ -53,11 +53,15 @@ static __global__ void im2col4_kernel(const struct op_im2col a) {
 }
 
 // The same for a compile-time (K, S): the 3S + K inputs the four columns read are formed
-// (history, padding, ELU) once each, in registers, instead of once per tap that reads them.
-template <int K, int S>
+// (history, padding, ELU) once each, in registers, instead of once per tap that reads them. With
+// VEC (rows 16-byte aligned, H = K - S) they are read as 16-byte loads from the aligned float at
+// or before the first; the last one read is the row's float (t + 3)*S + S - 1 - H, which ends a
+// 16-byte group, so the loads never pass the row.
+template <int K, int S, bool VEC>
 static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
     pdl_begin();
-    constexpr int NIN = 3 * S + K;
+    constexpr int NIN = 3 * S + K, H = K - S, O = (4 - H % 4) % 4;
+    static_assert((O + NIN) % 4 == 0, "the loads end a 16-byte group");
     const unsigned To = a.T / S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
         float4 *col = (float4 *)(a.col + (i < a.c_in ? (size_t)i * K : (size_t)a.c_in * K + i - a.c_in) * N);
@@ -69,7 +73,17 @@ static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
             const unsigned n = 4 * n4, r = n / To, t = n - r * To;
             const int j0 = (int)t * S;
             float v[NIN];
-            if (j0 >= a.H) {  // inputs x[j0 - H ..], all inside the row
+            if (VEC && j0 >= H) {
+                const float4 *xr = (const float4 *)(a.x + ((size_t)i * a.R + r) * a.T + (j0 - H - O));
+                float w[O + NIN];
+#pragma unroll
+                for (int q = 0; q < (O + NIN) / 4; q++) {
+                    const float4 f = xr[q];
+                    w[4 * q] = f.x, w[4 * q + 1] = f.y, w[4 * q + 2] = f.z, w[4 * q + 3] = f.w;
+                }
+#pragma unroll
+                for (int u = 0; u < NIN; u++) v[u] = a.elu ? elu_f(w[O + u]) : w[O + u];
+            } else if (j0 >= a.H) {  // inputs x[j0 - H ..], all inside the row
                 const float *xr = a.x + ((size_t)i * a.R + r) * a.T + (j0 - a.H);
 #pragma unroll
                 for (int u = 0; u < NIN; u++) v[u] = a.elu ? elu_f(xr[u]) : xr[u];
@@ -84,14 +98,15 @@ static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
 }
 
 // The (K, S) pairs of Mimi's SEANet and resampling convs get im2col4_ks_kernel.
+template <bool VEC>
 static void (*im2col4_for(int K, int S))(const struct op_im2col) {
-    if (K == 3 && S == 1) return im2col4_ks_kernel<3, 1>;
-    if (K == 7 && S == 1) return im2col4_ks_kernel<7, 1>;
-    if (K == 4 && S == 2) return im2col4_ks_kernel<4, 2>;
-    if (K == 8 && S == 4) return im2col4_ks_kernel<8, 4>;
-    if (K == 10 && S == 5) return im2col4_ks_kernel<10, 5>;
-    if (K == 12 && S == 6) return im2col4_ks_kernel<12, 6>;
-    if (K == 16 && S == 8) return im2col4_ks_kernel<16, 8>;
+    if (K == 3 && S == 1) return im2col4_ks_kernel<3, 1, VEC>;
+    if (K == 7 && S == 1) return im2col4_ks_kernel<7, 1, VEC>;
+    if (K == 4 && S == 2) return im2col4_ks_kernel<4, 2, VEC>;
+    if (K == 8 && S == 4) return im2col4_ks_kernel<8, 4, VEC>;
+    if (K == 10 && S == 5) return im2col4_ks_kernel<10, 5, VEC>;
+    if (K == 12 && S == 6) return im2col4_ks_kernel<12, 6, VEC>;
+    if (K == 16 && S == 8) return im2col4_ks_kernel<16, 8, VEC>;
     return im2col4_kernel;
 }
 
@@ -102,7 +117,8 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     // leaves too few threads to hide the loads (measured slower)
     if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
         const dim3 grid = grid_rows(N / 4, 256, rows);
-        pdl_launch(im2col4_for(a->K, a->S), grid, 256, 0, ex, *a);
+        const bool vec = a->T % 4 == 0 && (uintptr_t)a->x % 16 == 0 && a->H == a->K - a->S;
+        pdl_launch(vec ? im2col4_for<true>(a->K, a->S) : im2col4_for<false>(a->K, a->S), grid, 256, 0, ex, *a);
         return launch_status(ex, "im2col");
     }
     const dim3 grid = grid_rows(N, 256, rows);
