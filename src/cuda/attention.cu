@@ -296,28 +296,31 @@ static int onepass_fits(const struct op_attention *a) {
            (uintptr_t)a->out % 16 == 0 && a->slot_stride % 4 == 0;
 }
 
+// The rotation and the KV store of `a` (when it has them) as a launch of their own; *b is `a`
+// without them, for the attention launch that follows.
+static int rope_apart(const struct op_attention *a, struct op_attention *b, struct gpu_exec *ex) {
+    *b = *a;
+    if (!a->rope) return MIMI_OK;
+    b->rope = 0;
+    return launch_rope_kv(a, ex);
+}
+
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid(a->R, a->n_heads);
+    struct op_attention b = *a;
     if (attention_tiled_fits(a)) {
         // long steps (whole-signal passes): tiles of queries, after the rotation and KV store
-        struct op_attention b = *a;
-        if (a->rope) {
-            int rc = launch_rope_kv(a, ex);
-            if (rc) return rc;
-            b.rope = 0;
-        }
-        return attention_tiled(&b, ex);
+        const int rc = rope_apart(a, &b, ex);
+        return rc ? rc : attention_tiled(&b, ex);
     }
     if (onepass_fits(a)) {
         // up to 4 queries per block; with more blocks per row than one, the rotation and the
         // KV store run first as their own launch (every block reads all the row's new keys)
         const int per = a->steps <= 2 ? 2 : 4;
-        struct op_attention b = *a;
         grid.z = (a->steps + per - 1) / per;
-        if (grid.z > 1 && a->rope) {
-            int rc = launch_rope_kv(a, ex);
+        if (grid.z > 1) {
+            const int rc = rope_apart(a, &b, ex);
             if (rc) return rc;
-            b.rope = 0;
         }
         // small steps wait on memory latency: pipelined (one stream 0.550 -> 0.543 ms encode);
         // at 2048 streams the pipelined f32 kernel (116 registers, 2 blocks per SM) lost 9%
@@ -335,16 +338,14 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "attention: bfloat16 rings need the one-pass kernel");
         return MIMI_EINVAL;
     }
-    if (a->rope) {
-        int rc = launch_rope_kv(a, ex);
-        if (rc) return rc;
-    }
+    const int rc = rope_apart(a, &b, ex);
+    if (rc) return rc;
     size_t smem = att_smem(a);
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return launch_status(ex, "attention (shared memory)");
     }
-    pdl_launch(attention_kernel, grid, ATT_THREADS, smem, ex, *a, (int)att_parts(a));
+    pdl_launch(attention_kernel, grid, ATT_THREADS, smem, ex, b, (int)att_parts(a));
     return launch_status(ex, "attention");
 }
 
