@@ -24,6 +24,13 @@ static __device__ __forceinline__ float convtr_col(const struct op_convtr &a, in
     return v;
 }
 
+// v plus column j of the tail that row r's slot carries for channel o (P columns per channel),
+// for a row that has a slot (padding rows have none)
+static __device__ __forceinline__ float add_tail(const struct op_convtr &a, int o, unsigned r, int j, int P, float v) {
+    const int slot = a.row_slot[r];
+    return slot >= 0 ? __fadd_rn(v, a.tail[(size_t)slot * a.slot_stride + (size_t)o * P + j]) : v;
+}
+
 // ---- emitted columns ----
 
 // y[o, r, j] = ((bias + taps) + tail[j]) for j < S*T; blockIdx.y walks the channels o, x the
@@ -37,10 +44,8 @@ static __global__ void convtr_out_kernel(const struct op_convtr a) {
         float *y = a.y + (size_t)o * N;
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
             const unsigned r = n / L, j = n - r * L;
-            float v = convtr_col(a, o, r, j, b);
-            int slot = a.row_slot[r];
-            if ((int)j < P && slot >= 0) v = __fadd_rn(v, a.tail[(size_t)slot * a.slot_stride + (size_t)o * P + j]);
-            y[n] = v;
+            const float v = convtr_col(a, o, r, j, b);
+            y[n] = (int)j < P ? add_tail(a, o, r, j, P, v) : v;
         }
     }
 }
@@ -74,12 +79,7 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
                 for (int f = 0; f < S; f++) y[f] = convtr_pair(taps, N, n, S, f, b);
                 continue;
             }
-            const int slot = a.row_slot[r];
-            const float *tail = slot >= 0 ? a.tail + (size_t)slot * a.slot_stride + (size_t)o * S : NULL;
-            for (int f = 0; f < S; f++) {
-                float v = __fadd_rn(b, taps[(size_t)f * N + n]);
-                y[f] = tail ? __fadd_rn(v, tail[f]) : v;
-            }
+            for (int f = 0; f < S; f++) y[f] = add_tail(a, o, r, f, S, __fadd_rn(b, taps[(size_t)f * N + n]));
         }
     }
 }
@@ -101,15 +101,8 @@ static __global__ void convtr_out2x4_kernel(const struct op_convtr a) {
             for (int f = 0; f < S; f++) {
                 const float4 cur = *(const float4 *)(taps + (size_t)f * N + n);
                 const float4 prev = *(const float4 *)(taps + (size_t)(f + S) * N + n);
-                float first;
-                if (t > 0) {
-                    first = __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), cur.x);
-                } else {
-                    const int slot = a.row_slot[r];
-                    first = __fadd_rn(b, cur.x);
-                    if (slot >= 0) first = __fadd_rn(first, a.tail[(size_t)slot * a.slot_stride + (size_t)o * S + f]);
-                }
-                out[f] = first;
+                out[f] = t > 0 ? __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), cur.x)
+                               : add_tail(a, o, r, f, S, __fadd_rn(b, cur.x));
                 out[S + f] = __fadd_rn(__fadd_rn(b, prev.x), cur.y);
                 out[2 * S + f] = __fadd_rn(__fadd_rn(b, prev.y), cur.z);
                 out[3 * S + f] = __fadd_rn(__fadd_rn(b, prev.z), cur.w);
@@ -246,8 +239,7 @@ struct convtr_geom {
             a.next[((size_t)o * tr.R + r) * S + f] = __fsub_rn(v, b);
             return;
         }
-        const int slot = tr.row_slot[r];
-        if (t == 0 && slot >= 0) v = __fadd_rn(v, tr.tail[(size_t)slot * tr.slot_stride + (size_t)o * S + f]);
+        if (t == 0) v = add_tail(tr, o, r, f, S, v);
         tr.y[((size_t)o * tr.R + r) * S * tr.T + t * S + f] = v;
     }
 };
