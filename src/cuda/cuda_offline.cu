@@ -63,18 +63,37 @@ static int slots_per_lane(const struct mimi_model *m, const struct mimi_batch_pa
     return slots;
 }
 
+// The lanes of one pass. Lane 0 is made before the first step; the others on their first step,
+// so that making them (host work, 2-5 ms each) overlaps the steps already queued.
+struct lanes {
+    struct mimi_batch *lane[OFFLINE_LANES];
+    const struct mimi_model *m;
+    struct mimi_batch_params bp;
+    int frames;
+};
+
+static int lane_make(struct lanes *c, int l) {
+    int rc = MIMI_OK;
+    c->lane[l] = mimi_cuda_offline_create(c->m, &c->bp, c->frames, &rc);
+    for (int s = 0; rc == MIMI_OK && s < c->bp.capacity; s++)
+        if (mimi_batch_open(c->lane[l]) != s) rc = MIMI_ESTATE;
+    return rc;
+}
+
 static int lane_submit(void *ctx, int lane, int n, const int *slots, const void *in, int valid) {
-    struct mimi_batch *b = ((struct mimi_batch **)ctx)[lane];
-    b->gpu->tap_frames = valid;
-    return mimi_cuda_submit(b, n, slots, in);
+    struct lanes *c = (struct lanes *)ctx;
+    int rc = c->lane[lane] ? MIMI_OK : lane_make(c, lane);
+    if (rc) return rc;
+    c->lane[lane]->gpu->tap_frames = valid;
+    return mimi_cuda_submit(c->lane[lane], n, slots, in);
 }
 
 static int lane_collect(void *ctx, int lane, void *out) {
-    return mimi_cuda_collect(((struct mimi_batch **)ctx)[lane], out);
+    return mimi_cuda_collect(((struct lanes *)ctx)->lane[lane], out);
 }
 
 static int lane_reset(void *ctx, int lane, int slot) {
-    return mimi_cuda_slot_reset(((struct mimi_batch **)ctx)[lane], slot);
+    return mimi_cuda_slot_reset(((struct lanes *)ctx)->lane[lane], slot);
 }
 
 // Frames per step for many signals: of 16, 32 and 64 (at most the longest signal), the one with
@@ -116,19 +135,15 @@ extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int 
     d.frame_size = m->frame_size;
     d.per_frame = want_codes ? n_codebooks : m->frame_dim;
     d.submit = lane_submit, d.collect = lane_collect, d.reset = lane_reset;
-    struct mimi_batch *lanes[OFFLINE_LANES] = {NULL};
-    d.ctx = lanes;
     bp.capacity = d.slots;
-    int rc = MIMI_OK;
-    for (int l = 0; rc == MIMI_OK && l < d.n_lanes; l++) {
-        lanes[l] = mimi_cuda_offline_create(m, &bp, d.frames, &rc);
-        for (int s = 0; rc == MIMI_OK && s < d.slots; s++)
-            if (mimi_batch_open(lanes[l]) != s) rc = MIMI_ESTATE;
-    }
+    struct lanes c = {{NULL}, m, bp, d.frames};
+    d.ctx = &c;
+    int rc = lane_make(&c, 0);
     if (rc == MIMI_OK) rc = mimi_offline_schedule(&d, n, sig);
     for (int l = 0; l < d.n_lanes; l++) {
-        if (rc && lanes[l] && lanes[l]->errmsg[0]) mimi_log(m, MIMI_LOG_ERROR, "cuda: whole-signal pass: %s", lanes[l]->errmsg);
-        mimi_batch_destroy(lanes[l]);
+        struct mimi_batch *b = c.lane[l];
+        if (rc && b && b->errmsg[0]) mimi_log(m, MIMI_LOG_ERROR, "cuda: whole-signal pass: %s", b->errmsg);
+        mimi_batch_destroy(b);
     }
     return rc;
 }
