@@ -582,9 +582,11 @@ MIMI_API int64_t mimi_decode_offline_latent(const struct mimi_model *model,
  * (codes[i] receives n_codebooks * mimi_frames_for_samples(model, n_samples[i]) values,
  * codebook-major). On a GPU model the signals share each step (up to 32 at a time, each advancing
  * 64 frames), which is how offline throughput is reached; on the CPU they run one after another.
- * Every signal is checked before any is encoded; a message names the first bad one ("signal 3:
- * ..."). params->tap must be NULL (taps are per signal: MIMI_EINVAL otherwise).
- * Returns MIMI_OK or a negative code, after which no output is to be used. */
+ * Every signal's buffers and sizes are checked before any is encoded, and its samples before it
+ * is encoded (on a GPU model just before its first step, while the device runs the steps already
+ * queued); a message names the first bad one ("signal 3: ..."). params->tap must be NULL (taps
+ * are per signal: MIMI_EINVAL otherwise). Returns MIMI_OK or a negative code, after which no
+ * output is to be used. */
 MIMI_API int mimi_encode_offline_many(const struct mimi_model *model,
                                       const struct mimi_stream_params *params, int n_signals,
                                       const float *const *pcm, const int64_t *n_samples,

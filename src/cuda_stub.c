@@ -26,8 +26,10 @@ struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m, const stru
 void mimi_cuda_batch_free(struct mimi_batch *b) { (void)b; }
 
 int mimi_cuda_offline(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                      int want_codes, int n, const struct offline_signal *sig) {
+                      int want_codes, int n, const struct offline_signal *sig, int (*check)(void *, int),
+                      void *check_ctx) {
     (void)m, (void)direction, (void)n_codebooks, (void)tap, (void)tap_user, (void)want_codes, (void)n, (void)sig;
+    (void)check, (void)check_ctx;
     return MIMI_EUNSUPPORTED;
 }
 

@@ -33,13 +33,15 @@ void mimi_cuda_model_free(struct mimi_model *m);
 struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
                                           const struct mimi_batch_params *params, int *err);
 // Whole-signal encode or decode of n signals on the device (cuda_offline.cu), for the offline
-// helpers: the signals as src/offline_sched.h describes them, checked by the caller, with codes
-// (want_codes) or latents; taps with n = 1 only. One signal is one slot advancing many frames
-// per step; many share two batches of many slots. MIMI_OK, MIMI_ENOMEM, MIMI_EUNSUPPORTED or
-// MIMI_EDEVICE (with a message in the log).
+// helpers: the signals as src/offline_sched.h describes them, checked by the caller (or, with
+// `check`, each just before its first step), with codes (want_codes) or latents; taps with
+// n = 1 only. One signal is one slot advancing many frames per step; many share two batches of
+// many slots. MIMI_OK, MIMI_ENOMEM, MIMI_EUNSUPPORTED, MIMI_EDEVICE (with a message in the log)
+// or what `check` returned.
 struct offline_signal;
 int mimi_cuda_offline(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap, void *tap_user,
-                      int want_codes, int n, const struct offline_signal *sig);
+                      int want_codes, int n, const struct offline_signal *sig, int (*check)(void *, int),
+                      void *check_ctx);
 
 // A batch whose step advances each listed slot `frames` frames (inputs and outputs of a step are
 // `frames` frames per row), with one plan of capacity rows, for the whole-signal passes.

@@ -87,6 +87,11 @@ static int submit(const struct offline_lanes *d, int l, struct lane *L, const st
     for (int s = 0; s < d->slots; s++) {
         if (L->sig[s] < 0) continue;
         const struct offline_signal *x = &sig[L->sig[s]];
+        const int rc = L->done[s] == 0 && d->check ? d->check(d->check_ctx, L->sig[s]) : MIMI_OK;
+        if (rc) {
+            L->n_listed = 0;
+            return rc;
+        }
         if (!L->n_listed) valid = (int)min64(d->frames, x->n_frames - L->done[s]);
         fill_row(d, x, L->done[s], L->in + in_row(d) * L->n_listed);
         L->listed[L->n_listed++] = s;

@@ -37,6 +37,10 @@ struct offline_lanes {
     // Returns a slot to its just-opened state (between two signals).
     int (*reset)(void *ctx, int lane, int slot);
     void *ctx;
+    // Checks signal i just before its first step (NULL: every signal was checked beforehand).
+    // Signals are checked in index order, so that the first bad one is the one named.
+    int (*check)(void *check_ctx, int signal);
+    void *check_ctx;
 };
 
 // Runs the n signals; returns MIMI_OK, MIMI_ENOMEM or the first failure of a callback (after

@@ -34,9 +34,12 @@ static int64_t clip_frames;
 
 // The library's error lines, so that a failed call in the log says why (the tests that feed bad
 // input on purpose add expected lines).
+static char last_error[512];
 static void log_errors(void *user, int level, const char *msg) {
     (void)user;
-    if (level == MIMI_LOG_ERROR) fprintf(stderr, "  (library: %s)\n", msg);
+    if (level != MIMI_LOG_ERROR) return;
+    fprintf(stderr, "  (library: %s)\n", msg);
+    snprintf(last_error, sizeof last_error, "%s", msg);
 }
 
 // The strict GPU model runs with two host threads: large steps split their staging copies.
@@ -405,6 +408,24 @@ static void test_offline_many(void) {
            equal, total, worst);
     CHECK(equal >= total * 995 / 1000);
     CHECK(worst <= 1e-5);
+    // the last signal, checked only once earlier ones have been stepped, with a NaN: refused,
+    // named, and the model still works
+    const int64_t n_bad = lens[MANY - 1];
+    float *bad = malloc(sizeof(float) * n_bad);
+    memcpy(bad, pcm[MANY - 1], sizeof(float) * n_bad);
+    bad[n_bad - 5] = NAN;
+    pcm[MANY - 1] = bad;
+    for (int i = 0; i < MANY; i++) codes[i] = malloc(sizeof(int32_t) * N_Q * nf[i]);
+    CHECK_EQ(mimi_encode_offline_many(gpu, &sp, MANY, pcm, lens, codes, max_codes), MIMI_EINVAL);
+    char want_msg[64];
+    snprintf(want_msg, sizeof want_msg, "signal %d: sample value %lld is NaN", MANY - 1, (long long)(n_bad - 5));
+    CHECK(strstr(last_error, want_msg) != NULL);
+    printf("  offline many with a NaN in the last signal: %s\n", last_error);
+    pcm[MANY - 1] = clip;
+    CHECK_EQ(mimi_encode_offline_many(gpu, &sp, 1, pcm + MANY - 1, lens + MANY - 1, codes + MANY - 1,
+                                      max_codes + MANY - 1), MIMI_OK);
+    for (int i = 0; i < MANY; i++) free(codes[i]);
+    free(bad);
 }
 
 // Slot s reads the clip from frame 7 s; slot 1 skips step 2, slot 0 skips steps 3 and 4.

@@ -761,11 +761,13 @@ struct sched_emu {
     struct emu_batch lanes[SCHED_LANES];
     void *out[SCHED_LANES];
     size_t out_bytes;
+    int steps;  // submitted so far
 };
 
 static int sched_submit(void *ctx, int lane, int n, const int *slots, const void *in, int valid) {
     struct sched_emu *x = ctx;
     (void)valid;
+    x->steps++;
     emu_step(&x->lanes[lane], n, slots, in, x->out[lane]);
     return MIMI_OK;
 }
@@ -783,6 +785,21 @@ static int sched_reset(void *ctx, int lane, int slot) {
     int32_t *pos = (int32_t *)(state + e->L.st_positions);
     for (int j = 0; j < e->L.ring; j++) pos[j] = -1;
     return MIMI_OK;
+}
+
+// The check callback: signals come in index order, each once, each before the steps that
+// carry it (sched_submit counts steps); `fail_at` refuses that signal.
+struct sched_check {
+    int next, fail_at, in_order, steps_at[SCHED_SIGNALS];
+    const int *steps;
+};
+
+static int sched_check(void *ctx, int signal) {
+    struct sched_check *c = ctx;
+    c->in_order &= signal == c->next;
+    c->steps_at[signal] = *c->steps;
+    c->next = signal + 1;
+    return signal == c->fail_at ? MIMI_EINVAL : MIMI_OK;
 }
 
 // Signals of different lengths (partial last frames, one shorter than a frame), more than the
@@ -805,7 +822,7 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
         dec[i] = (struct offline_signal){want[i], 0, n, pcm_emu[i]};
     }
     struct offline_lanes d = {SCHED_LANES, SCHED_SLOTS, SCHED_FRAMES, 1, 1920, N_Q,
-                              sched_submit, sched_collect, sched_reset, NULL};
+                              sched_submit, sched_collect, sched_reset, NULL, NULL, NULL};
     static struct sched_emu x;
     for (int dir = 0; dir < 2; dir++) {
         d.encode = dir == 0;
@@ -816,7 +833,21 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
                        MIMI_ATTENTION_WINDOW, SCHED_FRAMES);
             x.out[l] = malloc(x.out_bytes);
         }
+        struct sched_check c = {0, -1, 1, {0}, &x.steps};
+        d.check = d.encode ? sched_check : NULL, d.check_ctx = &c;
         CHECK_EQ(mimi_offline_schedule(&d, SCHED_SIGNALS, d.encode ? enc : dec), MIMI_OK);
+        if (d.encode) {
+            // every signal checked, in order; the last two only once the first steps were queued
+            CHECK(c.in_order && c.next == SCHED_SIGNALS);
+            CHECK(c.steps_at[0] == 0 && c.steps_at[SCHED_SIGNALS - 1] > 0);
+            // a refused signal ends the pass with its code, before any later signal is checked
+            c = (struct sched_check){0, 3, 1, {0}, &x.steps};
+            for (int l = 0; l < SCHED_LANES; l++)
+                for (int s = 0; s < SCHED_SLOTS; s++) sched_reset(&x, l, s);
+            CHECK_EQ(mimi_offline_schedule(&d, SCHED_SIGNALS, enc), MIMI_EINVAL);
+            CHECK(c.in_order && c.next == 4);
+            printf("  offline schedule: signals checked in order before their first step; a refusal stops the pass\n");
+        }
         for (int l = 0; l < SCHED_LANES; l++) {
             emu_destroy(&x.lanes[l]);
             free(x.out[l]);

@@ -117,7 +117,8 @@ static int frames_for_many(const struct mimi_model *m, int n, const struct offli
 }
 
 extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap,
-                                 void *tap_user, int want_codes, int n, const struct offline_signal *sig) {
+                                 void *tap_user, int want_codes, int n, const struct offline_signal *sig,
+                                 int (*check)(void *, int), void *check_ctx) {
     int64_t longest = 0;
     for (int i = 0; i < n; i++) longest = sig[i].n_frames > longest ? sig[i].n_frames : longest;
     struct mimi_batch_params bp;
@@ -135,6 +136,7 @@ extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int 
     d.frame_size = m->frame_size;
     d.per_frame = want_codes ? n_codebooks : m->frame_dim;
     d.submit = lane_submit, d.collect = lane_collect, d.reset = lane_reset;
+    d.check = check, d.check_ctx = check_ctx;
     bp.capacity = d.slots;
     struct lanes c = {{NULL}, m, bp, d.frames};
     d.ctx = &c;
