@@ -64,7 +64,14 @@ int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots,
 // One synchronous step: submit, then collect into `output`.
 int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output);
 
-// Waits for the submitted step and copies its n rows out (codes, latents or pcm). Runs the taps.
+// Where the input rows of a batch with one plan (a whole-signal batch) sit in its pinned stage:
+// a caller may write them there while no step is pending, then submit with this as `input`
+// (taken unchecked). NULL for a batch of several plans.
+void *mimi_cuda_input_rows(struct mimi_batch *b);
+// The pinned output rows of the last collected step (valid until the next submit).
+const void *mimi_cuda_output_rows(const struct mimi_batch *b);
+// Waits for the submitted step and copies its n rows out (codes, latents or pcm; not with
+// `output` NULL: mimi_cuda_output_rows has them). Runs the taps.
 // MIMI_OK, MIMI_EINVAL (a device code out of range: that slot did not advance), MIMI_ESTATE
 // (nothing submitted, or poisoned) or MIMI_EDEVICE.
 int mimi_cuda_collect(struct mimi_batch *b, void *output);

@@ -16,7 +16,6 @@ struct lane {
     int64_t *done;    // (slots) the frames of that signal stepped so far
     int *listed;      // (slots) the queued step's slots, in row order; n_listed of them
     int n_listed;
-    unsigned char *in, *out;  // (slots, row) the step's input and output rows
 };
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -66,10 +65,12 @@ static void take_row(const struct offline_lanes *d, const struct offline_signal 
 // ended to the next signal (*next), resetting it.
 static int collect(const struct offline_lanes *d, int l, struct lane *L, const struct offline_signal *sig, int n,
                    int *next) {
-    int rc = d->collect(d->ctx, l, L->out);
+    const void *rows = NULL;
+    int rc = d->collect(d->ctx, l, &rows);
+    const unsigned char *out = (const unsigned char *)rows;
     for (int k = 0; rc == MIMI_OK && k < L->n_listed; k++) {
         const int s = L->listed[k];
-        take_row(d, &sig[L->sig[s]], L->done[s], L->out + out_row(d) * k);
+        take_row(d, &sig[L->sig[s]], L->done[s], out + out_row(d) * k);
         L->done[s] += d->frames;
         if (L->done[s] < sig[L->sig[s]].n_frames) continue;
         L->sig[s] = *next < n ? (*next)++ : -1;
@@ -83,22 +84,27 @@ static int collect(const struct offline_lanes *d, int l, struct lane *L, const s
 // Queues a step of every slot of the lane that has a signal; *queued is set when there was one.
 static int submit(const struct offline_lanes *d, int l, struct lane *L, const struct offline_signal *sig,
                   int *queued) {
-    int valid = 0;
+    int valid = 0, any = 0;
+    for (int s = 0; s < d->slots; s++) any |= L->sig[s] >= 0;
+    if (!any) return MIMI_OK;
+    void *rows = NULL;
+    int rc = d->input(d->ctx, l, &rows);
+    if (rc) return rc;
+    unsigned char *in = (unsigned char *)rows;
     for (int s = 0; s < d->slots; s++) {
         if (L->sig[s] < 0) continue;
         const struct offline_signal *x = &sig[L->sig[s]];
-        const int rc = L->done[s] == 0 && d->check ? d->check(d->check_ctx, L->sig[s]) : MIMI_OK;
+        rc = L->done[s] == 0 && d->check ? d->check(d->check_ctx, L->sig[s]) : MIMI_OK;
         if (rc) {
             L->n_listed = 0;
             return rc;
         }
         if (!L->n_listed) valid = (int)min64(d->frames, x->n_frames - L->done[s]);
-        fill_row(d, x, L->done[s], L->in + in_row(d) * L->n_listed);
+        fill_row(d, x, L->done[s], in + in_row(d) * L->n_listed);
         L->listed[L->n_listed++] = s;
     }
-    if (!L->n_listed) return MIMI_OK;
     *queued = 1;
-    int rc = d->submit(d->ctx, l, L->n_listed, L->listed, L->in, valid);
+    rc = d->submit(d->ctx, l, L->n_listed, L->listed, in, valid);
     if (rc) L->n_listed = 0;
     return rc;
 }
@@ -110,9 +116,7 @@ int mimi_offline_schedule(const struct offline_lanes *d, int n, const struct off
         struct lane *L = &lanes[l];
         L->sig = (int *)malloc(sizeof(int) * 2 * (size_t)d->slots);
         L->done = (int64_t *)calloc((size_t)d->slots, sizeof(int64_t));
-        L->in = (unsigned char *)malloc(in_row(d) * d->slots);
-        L->out = (unsigned char *)malloc(out_row(d) * d->slots);
-        if (!L->sig || !L->done || !L->in || !L->out) rc = MIMI_ENOMEM;
+        if (!L->sig || !L->done) rc = MIMI_ENOMEM;
         else L->listed = L->sig + d->slots;
         for (int s = 0; rc == MIMI_OK && s < d->slots; s++) L->sig[s] = next < n ? next++ : -1;
     }
@@ -127,8 +131,6 @@ int mimi_offline_schedule(const struct offline_lanes *d, int n, const struct off
     for (int l = 0; lanes && l < d->n_lanes; l++) {
         free(lanes[l].sig);
         free(lanes[l].done);
-        free(lanes[l].in);
-        free(lanes[l].out);
     }
     free(lanes);
     return rc;

@@ -29,11 +29,14 @@ struct offline_signal {
 struct offline_lanes {
     int n_lanes, slots, frames;  // batches, slots per batch (open, ids 0 .. slots-1), frames per step
     int encode, frame_size, per_frame;
-    // Queues a step of the n listed slots; `valid` is the number of real frames of row 0 (for
-    // a single signal's taps). MIMI_OK or a negative code.
+    // Where the lane's next step's input rows go (*rows; the lane has no step queued). A
+    // device lane hands out its pinned stage, so that rows are written once.
+    int (*input)(void *ctx, int lane, void **rows);
+    // Queues a step of the n listed slots, whose rows are in the lane's input; `valid` is the
+    // number of real frames of row 0 (for a single signal's taps). MIMI_OK or a negative code.
     int (*submit)(void *ctx, int lane, int n, const int *slots, const void *in, int valid);
-    // Waits for the lane's queued step and copies its output rows to `out`.
-    int (*collect)(void *ctx, int lane, void *out);
+    // Waits for the lane's queued step; *out: its output rows, valid until the lane's next step.
+    int (*collect)(void *ctx, int lane, const void **out);
     // Returns a slot to its just-opened state (between two signals).
     int (*reset)(void *ctx, int lane, int slot);
     void *ctx;

@@ -759,8 +759,7 @@ static void test_offline_plan(struct mimi_model *model, const struct gpu_weights
 // The schedule's callbacks over emulated batches: a step runs at submit, its rows wait for collect.
 struct sched_emu {
     struct emu_batch lanes[SCHED_LANES];
-    void *out[SCHED_LANES];
-    size_t out_bytes;
+    void *in[SCHED_LANES], *out[SCHED_LANES];  // each lane's step rows
     int steps;  // submitted so far
 };
 
@@ -772,9 +771,13 @@ static int sched_submit(void *ctx, int lane, int n, const int *slots, const void
     return MIMI_OK;
 }
 
-static int sched_collect(void *ctx, int lane, void *out) {
-    struct sched_emu *x = ctx;
-    memcpy(out, x->out[lane], x->out_bytes);
+static int sched_input(void *ctx, int lane, void **rows) {
+    *rows = ((struct sched_emu *)ctx)->in[lane];
+    return MIMI_OK;
+}
+
+static int sched_collect(void *ctx, int lane, const void **out) {
+    *out = ((struct sched_emu *)ctx)->out[lane];
     return MIMI_OK;
 }
 
@@ -822,16 +825,17 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
         dec[i] = (struct offline_signal){want[i], 0, n, pcm_emu[i]};
     }
     struct offline_lanes d = {SCHED_LANES, SCHED_SLOTS, SCHED_FRAMES, 1, 1920, N_Q,
-                              sched_submit, sched_collect, sched_reset, NULL, NULL, NULL};
+                              sched_input, sched_submit, sched_collect, sched_reset, NULL, NULL, NULL};
     static struct sched_emu x;
     for (int dir = 0; dir < 2; dir++) {
         d.encode = dir == 0;
         d.ctx = &x;
-        x.out_bytes = sizeof(float) * SCHED_SLOTS * SCHED_FRAMES * (d.encode ? N_Q : 1920);
+        const size_t in_row = d.encode ? 1920 : N_Q, out_row = d.encode ? N_Q : 1920;
         for (int l = 0; l < SCHED_LANES; l++) {
             emu_create(&x.lanes[l], model, w, d.encode ? MIMI_DIRECTION_ENCODE : MIMI_DIRECTION_DECODE, SCHED_SLOTS,
                        MIMI_ATTENTION_WINDOW, SCHED_FRAMES);
-            x.out[l] = malloc(x.out_bytes);
+            x.in[l] = malloc(sizeof(float) * SCHED_SLOTS * SCHED_FRAMES * in_row);
+            x.out[l] = malloc(sizeof(float) * SCHED_SLOTS * SCHED_FRAMES * out_row);
         }
         struct sched_check c = {0, -1, 1, {0}, &x.steps};
         d.check = d.encode ? sched_check : NULL, d.check_ctx = &c;
@@ -851,6 +855,7 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
         for (int l = 0; l < SCHED_LANES; l++) {
             emu_destroy(&x.lanes[l]);
             free(x.out[l]);
+            free(x.in[l]);
         }
     }
     int equal = 0, total = 0;

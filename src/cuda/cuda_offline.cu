@@ -63,8 +63,8 @@ static int slots_per_lane(const struct mimi_model *m, const struct mimi_batch_pa
     return slots;
 }
 
-// The lanes of one pass. Lane 0 is made before the first step; the others on their first step,
-// so that making them (host work, 2-5 ms each) overlaps the steps already queued.
+// The lanes of one pass. Lane 0 is made before the first step; the others when their first step
+// is staged, so that making them (host work, 2-5 ms each) overlaps the steps already queued.
 struct lanes {
     struct mimi_batch *lane[OFFLINE_LANES];
     const struct mimi_model *m;
@@ -80,16 +80,26 @@ static int lane_make(struct lanes *c, int l) {
     return rc;
 }
 
-static int lane_submit(void *ctx, int lane, int n, const int *slots, const void *in, int valid) {
+// A lane's input rows are its pinned stage (the scheduler writes each row once, unchecked:
+// samples were checked by the caller's check, codes and latents before the pass).
+static int lane_input(void *ctx, int lane, void **rows) {
     struct lanes *c = (struct lanes *)ctx;
     int rc = c->lane[lane] ? MIMI_OK : lane_make(c, lane);
-    if (rc) return rc;
-    c->lane[lane]->gpu->tap_frames = valid;
-    return mimi_cuda_submit(c->lane[lane], n, slots, in);
+    if (rc == MIMI_OK) *rows = mimi_cuda_input_rows(c->lane[lane]);
+    return rc;
 }
 
-static int lane_collect(void *ctx, int lane, void *out) {
-    return mimi_cuda_collect(((struct lanes *)ctx)->lane[lane], out);
+static int lane_submit(void *ctx, int lane, int n, const int *slots, const void *in, int valid) {
+    struct mimi_batch *b = ((struct lanes *)ctx)->lane[lane];
+    b->gpu->tap_frames = valid;
+    return mimi_cuda_submit(b, n, slots, in);
+}
+
+static int lane_collect(void *ctx, int lane, const void **out) {
+    struct mimi_batch *b = ((struct lanes *)ctx)->lane[lane];
+    const int rc = mimi_cuda_collect(b, NULL);
+    *out = mimi_cuda_output_rows(b);
+    return rc;
 }
 
 static int lane_reset(void *ctx, int lane, int slot) {
@@ -135,7 +145,7 @@ extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int 
     d.encode = direction == MIMI_DIRECTION_ENCODE;
     d.frame_size = m->frame_size;
     d.per_frame = want_codes ? n_codebooks : m->frame_dim;
-    d.submit = lane_submit, d.collect = lane_collect, d.reset = lane_reset;
+    d.input = lane_input, d.submit = lane_submit, d.collect = lane_collect, d.reset = lane_reset;
     d.check = check, d.check_ctx = check_ctx;
     bp.capacity = d.slots;
     struct lanes c = {{NULL}, m, bp, d.frames};

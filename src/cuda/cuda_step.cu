@@ -20,6 +20,7 @@ static int bucket_of(const struct mimi_cuda_batch *gb, int n) {
 // Checks the batch can take a step and fills the pinned stage for bucket i: row_slot (R),
 // the error flag, then n input rows (zeros for the padding rows) when `input` is given; PCM or
 // latents with a NaN or infinity are refused here (MIMI_EINVAL), before anything is queued.
+// Input already in the stage (mimi_cuda_input_rows) is taken as it is.
 static int stage(struct mimi_batch *b, int n, const int *slots, const void *input, int *bucket) {
     struct mimi_cuda_batch *gb = b->gpu;
     if (gb->poisoned) return MIMI_ESTATE;
@@ -38,7 +39,9 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
         unsigned char *in = gb->host + sizeof(float) * gpu_stage_input_offset(R);
         const int encode = gb->L.direction == MIMI_DIRECTION_ENCODE, floats = encode || !b->model->quantizer.n_q;
         const size_t count = (size_t)gb->L.in_per_row * n;
-        if (!floats) {
+        if (input == in) {
+            // written there by the caller, who checked it
+        } else if (!floats) {
             memcpy(in, input, row * n);
         } else {
             int rc = mimi_batch_copy_finite(b, (float *)in, (const float *)input, count, encode ? "sample" : "latent");
@@ -121,7 +124,7 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
     CK(cudaSetDevice(gb->device), "set device");
     CK(cudaEventSynchronize(gb->done), "step");
     const unsigned char *out = gb->host + gb->host_stage_bytes;
-    mimi_host_copy(b->model, output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
+    if (output) mimi_host_copy(b->model, output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
     if (b->tap) {
         int rc = run_taps(b, gb->pending_bucket, gb->pending_n);
         if (rc) return rc;
@@ -132,6 +135,15 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
         return MIMI_EINVAL;
     }
     return MIMI_OK;
+}
+
+extern "C" void *mimi_cuda_input_rows(struct mimi_batch *b) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    return gb->n_buckets == 1 ? gb->host + sizeof(float) * gpu_stage_input_offset(gb->plans[0].R) : NULL;
+}
+
+extern "C" const void *mimi_cuda_output_rows(const struct mimi_batch *b) {
+    return b->gpu->host + b->gpu->host_stage_bytes;
 }
 
 extern "C" int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output) {
