@@ -124,8 +124,10 @@ int mimi_offline_schedule(const struct offline_lanes *d, int n, const struct off
     for (int queued = 1; rc == MIMI_OK && queued;) {
         queued = 0;
         for (int l = 0; rc == MIMI_OK && l < d->n_lanes; l++) {
-            if (lanes[l].n_listed) rc = collect(d, l, &lanes[l], sig, n, &next);
+            const int had_step = lanes[l].n_listed;
+            if (had_step) rc = collect(d, l, &lanes[l], sig, n, &next);
             if (rc == MIMI_OK) rc = submit(d, l, &lanes[l], sig, &queued);
+            if (rc == MIMI_OK && had_step && !lanes[l].n_listed && d->retire) d->retire(d->ctx, l);
         }
     }
     for (int l = 0; lanes && l < d->n_lanes; l++) {

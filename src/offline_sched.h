@@ -39,6 +39,9 @@ struct offline_lanes {
     int (*collect)(void *ctx, int lane, const void **out);
     // Returns a slot to its just-opened state (between two signals).
     int (*reset)(void *ctx, int lane, int slot);
+    // The lane has no signal left and no step queued (NULL: nothing to do): a device lane is
+    // freed then, while the other lanes' last steps run.
+    void (*retire)(void *ctx, int lane);
     void *ctx;
     // Checks signal i just before its first step (NULL: every signal was checked beforehand).
     // Signals are checked in index order, so that the first bad one is the one named.

@@ -106,6 +106,12 @@ static int lane_reset(void *ctx, int lane, int slot) {
     return mimi_cuda_slot_reset(((struct lanes *)ctx)->lane[lane], slot);
 }
 
+static void lane_retire(void *ctx, int lane) {
+    struct lanes *c = (struct lanes *)ctx;
+    mimi_batch_destroy(c->lane[lane]);
+    c->lane[lane] = NULL;
+}
+
 // Frames per step for many signals: of 16, 32 and 64 (at most the longest signal), the one with
 // the least estimated work, each signal's frames padded to whole steps and weighed by a step
 // size's cost per frame. A step re-reads its attention window (context + F positions) for its F
@@ -146,6 +152,7 @@ extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int 
     d.frame_size = m->frame_size;
     d.per_frame = want_codes ? n_codebooks : m->frame_dim;
     d.input = lane_input, d.submit = lane_submit, d.collect = lane_collect, d.reset = lane_reset;
+    d.retire = lane_retire;
     d.check = check, d.check_ctx = check_ctx;
     bp.capacity = d.slots;
     struct lanes c = {{NULL}, m, bp, d.frames};
