@@ -359,6 +359,7 @@ static int encode_signals(const struct mimi_model *model, const struct mimi_stre
     const int per_frame = want_codes ? b.n_codebooks : model->frame_dim;
     struct offline_signal *sig = rc == MIMI_OK ? (struct offline_signal *)calloc((size_t)n, sizeof *sig) : NULL;
     if (rc == MIMI_OK && !sig) rc = MIMI_ENOMEM;
+    struct sample_check check = {&b, pcm, n_samples, n};
     for (int i = 0; rc == MIMI_OK && i < n; i++) {
         void *out = want_codes ? (void *)codes[i] : (void *)latents[i];
         sig[i] = (struct offline_signal){pcm[i], n_samples[i], mimi_frames_for_samples(model, n_samples[i]), out};
@@ -374,11 +375,10 @@ static int encode_signals(const struct mimi_model *model, const struct mimi_stre
         // on a device each signal's samples are checked just before its first step instead, while
         // the device runs the steps already queued (64 signals of 60 s are 368 MB: checked up
         // front, 15 ms with 4 host threads before the device started, 2% of the pass on an H200)
-        if (rc == MIMI_OK && !model->cuda) rc = mimi_batch_check_finite(&b, pcm[i], (size_t)n_samples[i], "sample");
         if (rc) name_signal(&b, n, i);
+        else if (!model->cuda) rc = check_samples(&check, i);
     }
     // many frames per pass: src/cpu/offline.h on the CPU, src/cuda/cuda_offline.cu on a device
-    struct sample_check check = {&b, pcm, n_samples, n};
     if (rc == MIMI_OK && model->cuda)
         rc = mimi_cuda_offline(model, MIMI_DIRECTION_ENCODE, b.n_codebooks, p.tap, p.tap_user, want_codes, n, sig,
                                check_samples, &check);
