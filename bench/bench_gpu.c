@@ -276,7 +276,7 @@ static void many_files(struct mimi_model *m, int clips, int seconds, double targ
         for (int64_t f = 0; ok && f < frames; f++) fill_audio(x + f * 1920, c, (int)f, 1920);
         pcm[c] = x, lens[c] = n, nf[c] = frames, max_codes[c] = 8 * frames;
     }
-    double best_e = 1e30, best_d = 1e30;
+    double best_e = 1e30, best_d = 1e30, first_e = 0, first_d = 0;
     for (int k = 0; ok && k < 4; k++) {
         double t0 = 1e3 * now();
         if (mimi_encode_offline_many(m, NULL, clips, pcm, lens, codes, max_codes) != MIMI_OK) break;
@@ -285,6 +285,7 @@ static void many_files(struct mimi_model *m, int clips, int seconds, double targ
         double t2 = 1e3 * now();
         if (k && t1 - t0 < best_e) best_e = t1 - t0;
         if (k && t2 - t1 < best_d) best_d = t2 - t1;
+        if (!k) first_e = t1 - t0, first_d = t2 - t1;
     }
     char what[32];
     if (seconds) snprintf(what, sizeof what, "%d s", seconds);
@@ -296,6 +297,8 @@ static void many_files(struct mimi_model *m, int clips, int seconds, double targ
                audio_ms / best_e / REF_OFFLINE_ENC, target, best_d, audio_ms / best_d, REF_OFFLINE_DEC,
                audio_ms / best_d / REF_OFFLINE_DEC, enc_flop / (1e-3 * best_e) * 1e-12, dec_flop / (1e-3 * best_d) * 1e-12,
                100 * enc_flop / (1e-3 * best_e) * 1e-12 / peak, 100 * dec_flop / (1e-3 * best_d) * 1e-12 / peak, peak);
+    if (best_e < 1e30)  // the first call also loads kernels and tunes the products of new shapes (gemm_tune.cu)
+        printf("    first call: encode %.0f ms, decode %.0f ms\n", first_e, first_d);
     else printf("  %d files of %s in one call (offline many): failed\n", clips, what);
     for (int c = 0; c < clips && pcm; c++) free((void *)pcm[c]), free(out ? out[c] : NULL), free(codes ? codes[c] : NULL);
     free(pcm), free(out), free(codes), free(lens), free(nf), free(max_codes);

@@ -15,6 +15,8 @@
 #include "test.h"
 #include "bad_samples.h"
 #ifdef MIMI_TEST_CUDA_RUNTIME
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "cuda/ops.h"
@@ -159,7 +161,7 @@ static void product_case(int small_a, int S, int J, int K, int ld, float beta, i
     cudaMemcpy(dC, C, sizeof(float) * nc, cudaMemcpyHostToDevice);
     g.a = dA, g.b = dB, g.c = dC;
     char msg[256] = "";
-    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0};
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, NULL, NULL, 0};
     const int rc = mimi_cuda_gemm(&g, &ex);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(C, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost);
@@ -189,6 +191,66 @@ static void test_products(void) {
     product_case(0, 2, 2048, 512, 512, 0.0f, 1);    // a linear with GELU, contiguous x: rows
     product_case(0, 5, 2048, 600, 600, 1.0f, 0);    // odd columns, accumulating: rows
     product_case(0, 5, 1536, 512, 512, 0.0f, 0);    // under 1 M weights: skinny_kernel
+}
+
+// gemm_tune.cu: a large strict product, tuned once, remembered by shape, and giving cuBLAS's
+// default result bit for bit (the shape of the decoder's 256 -> 128 transposed conv in a
+// whole-signal step of 16 x 64 frames, tuned on an H200); fast mode and small products untuned.
+static void test_gemm_tune(void) {
+    struct op_gemm g = {0};
+    g.m = 98304, g.n = 1280, g.k = 256, g.lda = g.m, g.ldb = g.k, g.ldc = g.m;
+    const size_t na = (size_t)g.m * g.k, nb = (size_t)g.k * g.n, nc = (size_t)g.m * g.n, ws_bytes = (size_t)32 << 20;
+    float *A = malloc(sizeof(float) * na), *Bm = malloc(sizeof(float) * nb), *C0 = malloc(sizeof(float) * nc),
+          *C1 = malloc(sizeof(float) * nc);
+    float *dA = NULL, *dB = NULL, *dC = NULL;
+    void *ws = NULL;
+    cublasHandle_t h = NULL;
+    cublasLtHandle_t lt = NULL;
+    struct gemm_tuning *tuning = mimi_cuda_tuning_new();
+    CHECK(A && Bm && C0 && C1 && tuning);
+    CHECK_EQ(cudaMalloc((void **)&dA, sizeof(float) * na), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dB, sizeof(float) * nb), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dC, sizeof(float) * nc), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
+    CHECK_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    CHECK_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+    CHECK_EQ(cublasSetWorkspace(h, ws, ws_bytes), CUBLAS_STATUS_SUCCESS);
+    if (!A || !Bm || !C0 || !C1 || !tuning || !dA || !dB || !dC || !ws || !h || !lt) return;
+    for (size_t i = 0; i < na; i++) A[i] = test_rng_float();
+    for (size_t i = 0; i < nb; i++) Bm[i] = test_rng_float();
+    cudaMemcpy(dA, A, sizeof(float) * na, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, Bm, sizeof(float) * nb, cudaMemcpyHostToDevice);
+    g.a = dA, g.b = dB, g.c = dC;
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, h, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, lt, ws, ws_bytes};
+    mimi_cuda_gemm_tune(&g, &ex, tuning);
+    struct op_gemm again = g;
+    again.algo = NULL;
+    mimi_cuda_gemm_tune(&again, &ex, tuning);
+    CHECK(again.algo == g.algo);  // remembered, not tuned twice
+    const void *tuned = g.algo;
+    g.algo = NULL;
+    CHECK_EQ(mimi_cuda_gemm(&g, &ex), MIMI_OK);
+    CHECK_EQ(cudaMemcpy(C0, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost), cudaSuccess);
+    g.algo = tuned;
+    CHECK_EQ(cudaMemset(dC, 0, sizeof(float) * nc), cudaSuccess);
+    CHECK_EQ(mimi_cuda_gemm(&g, &ex), MIMI_OK);
+    CHECK_EQ(cudaMemcpy(C1, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t differ = 0;
+    for (size_t i = 0; i < nc; i++) differ += memcmp(C0 + i, C1 + i, sizeof(float)) != 0;
+    printf("  tuned product %d x %d x %d: %s; %zu of %zu outputs differ from the default's %s\n", g.m, g.n, g.k,
+           tuned ? "another algorithm" : "the default kept", differ, nc, msg);
+    CHECK_EQ(differ, 0);
+    struct op_gemm fast = g, small = g;
+    fast.algo = small.algo = NULL;
+    small.m = 2048;  // 1.3 GFLOP: not worth tuning
+    mimi_cuda_gemm_tune(&small, &ex, tuning);
+    ex.precision = MIMI_PRECISION_FAST;
+    mimi_cuda_gemm_tune(&fast, &ex, tuning);
+    CHECK(small.algo == NULL && fast.algo == NULL);
+    cublasLtDestroy(lt), cublasDestroy(h), cudaFree(ws), cudaFree(dA), cudaFree(dB), cudaFree(dC);
+    mimi_cuda_tuning_free(tuning);
+    free(A), free(Bm), free(C0), free(C1);
 }
 #endif
 
@@ -671,6 +733,7 @@ int main(int argc, char **argv) {
     if (clip_frames < FRAMES + 30) SKIP("clip too short");
 #ifdef MIMI_TEST_CUDA_RUNTIME
     test_products();
+    test_gemm_tune();
 #endif
     test_vs_cpu();
     test_batch_vs_lone();

@@ -85,9 +85,11 @@ extern "C" int mimi_cuda_model_init(struct mimi_model *m) {
     struct mimi_cuda_model *cm = (struct mimi_cuda_model *)calloc(1, sizeof *cm);
     if (!cm) return MIMI_ENOMEM;
     cm->device = m->device;
-    int rc = upload_weights(m, cm);
+    cm->tuning = mimi_cuda_tuning_new();
+    int rc = cm->tuning ? upload_weights(m, cm) : MIMI_ENOMEM;
     if (rc) {
         if (cm->weights) cudaFree(cm->weights);
+        mimi_cuda_tuning_free(cm->tuning);
         free(cm);
         return rc;
     }
@@ -103,6 +105,7 @@ extern "C" void mimi_cuda_model_free(struct mimi_model *m) {
     if (!m || !m->cuda) return;
     cudaSetDevice(m->cuda->device);
     cudaFree(m->cuda->weights);
+    mimi_cuda_tuning_free(m->cuda->tuning);
     free(m->cuda);
     m->cuda = NULL;
 }

@@ -74,7 +74,7 @@ static int setup_device(struct mimi_batch *b, int precision) {
     CK(cudaStreamCreateWithFlags(&gb->stream, cudaStreamNonBlocking), "stream");
     CK(cudaEventCreateWithFlags(&gb->done, cudaEventDisableTiming), "event");
     CK(cudaEventCreateWithFlags(&gb->ready, cudaEventDisableTiming), "event");
-    if (cublasCreate(&gb->cublas) != CUBLAS_STATUS_SUCCESS) {
+    if (cublasCreate(&gb->cublas) != CUBLAS_STATUS_SUCCESS || cublasLtCreate(&gb->cublaslt) != CUBLAS_STATUS_SUCCESS) {
         mimi_batch_error(b, "cuda: cublasCreate failed");
         return MIMI_EDEVICE;
     }
@@ -88,7 +88,8 @@ static int setup_device(struct mimi_batch *b, int precision) {
     }
     int major = 0;
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gb->device), "device attribute");
-    gb->ex = (struct gpu_exec){gb->stream, gb->cublas, precision, b->errmsg, sizeof b->errmsg, major >= 9};
+    gb->ex = (struct gpu_exec){gb->stream, gb->cublas, precision, b->errmsg, sizeof b->errmsg, major >= 9,
+                               gb->cublaslt, gb->workspace, WORKSPACE_BYTES};
     // state: zeros, position rings at the empty sentinel; scratch zeroed once (padding rows)
     const size_t cap = (size_t)L->capacity;
     CK(cudaMalloc((void **)&gb->state, sizeof(float) * L->slot_elems * cap), "state");
@@ -125,6 +126,9 @@ static int build_plans(struct mimi_batch *b, int all) {
         int rc = gpu_plan_build(&gb->plans[i], &gb->L, b->model, &cm->w, gb->state, gb->scratch, rows);
         if (rc) return rc;
         gb->n_buckets++;
+        // a whole-signal lane's large products on their fastest exact algorithm (gemm_tune.cu)
+        for (int k = 0; !all && k < gb->plans[i].n_ops; k++)
+            if (gb->plans[i].ops[k].kind == GOP_GEMM) mimi_cuda_gemm_tune(&gb->plans[i].ops[k].u.gemm, &gb->ex, cm->tuning);
         // captured without an eager run first: kernels and cuBLAS's choices load during the
         // capture (an eager run of a whole-signal lane's plan cost a step, 4% of a 64-file pass)
         rc = capture(b, i);
@@ -200,6 +204,7 @@ extern "C" void mimi_cuda_batch_free(struct mimi_batch *b) {
         gpu_plan_free(&gb->plans[i]);
     }
     if (gb->cublas) cublasDestroy(gb->cublas);
+    if (gb->cublaslt) cublasLtDestroy(gb->cublaslt);
     cudaFree(gb->workspace);
     cudaFree(gb->state);
     cudaFree(gb->scratch);

@@ -5,6 +5,7 @@
 #ifndef MIMI_CUDA_BATCH_CUH
 #define MIMI_CUDA_BATCH_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -29,6 +30,7 @@ struct mimi_cuda_batch {
     float *tap_buf;           // host copy of one tap, when the batch has a tap
     cudaStream_t stream;
     cublasHandle_t cublas;
+    cublasLtHandle_t cublaslt;
     cudaEvent_t done, ready;
     struct gpu_exec ex;
     int poisoned, pending, pending_n, pending_bucket;

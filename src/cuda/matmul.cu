@@ -401,6 +401,22 @@ static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
 
 // ---- cuBLAS ----
 
+// cuBLAS's default algorithm for g's product.
+static int gemm_default(const struct op_gemm *g, struct gpu_exec *ex) {
+    const float alpha = 1.0f, beta = g->beta;
+    const cublasComputeType_t compute = ex->precision == MIMI_PRECISION_STRICT ? CUBLAS_COMPUTE_32F
+                                                                               : CUBLAS_COMPUTE_32F_FAST_TF32;
+    cublasStatus_t st = cublasGemmEx((cublasHandle_t)ex->cublas, g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a,
+                                     CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,
+                                     g->ldc, compute, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS) return MIMI_OK;
+    if (ex->errmsg)
+        snprintf(ex->errmsg, ex->errlen, "cublasGemmEx (%d x %d x %d): %s", g->m, g->n, g->k,
+                 cublasGetStatusString(st));
+    return MIMI_EDEVICE;
+}
+
 static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
     struct skinny s;
     if (as_skinny(g, &s)) return launch_skinny(&s, ex);
@@ -412,22 +428,15 @@ static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: GELU needs a packed C and beta = 0");
         return MIMI_EINVAL;
     }
-    const float alpha = 1.0f, beta = g->beta;
-    const cublasComputeType_t compute = ex->precision == MIMI_PRECISION_STRICT ? CUBLAS_COMPUTE_32F
-                                                                               : CUBLAS_COMPUTE_32F_FAST_TF32;
-    cublasStatus_t st = cublasGemmEx((cublasHandle_t)ex->cublas, g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a,
-                                     CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,
-                                     g->ldc, compute, CUBLAS_GEMM_DEFAULT);
-    if (st == CUBLAS_STATUS_SUCCESS && g->gelu) {
-        struct op_pointwise gelu = {g->c, NULL, NULL, 1, (size_t)g->m * g->n, EW_GELU, 0};
-        return mimi_cuda_pointwise(&gelu, ex);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) return MIMI_OK;
-    if (ex->errmsg)
-        snprintf(ex->errmsg, ex->errlen, "cublasGemmEx (%d x %d x %d): %s", g->m, g->n, g->k,
-                 cublasGetStatusString(st));
-    return MIMI_EDEVICE;
+    const int rc = g->algo ? mimi_cuda_gemm_tuned(g, ex) : gemm_default(g, ex);  // gemm_tune.cu's choice
+    if (rc || !g->gelu) return rc;
+    struct op_pointwise gelu = {g->c, NULL, NULL, 1, (size_t)g->m * g->n, EW_GELU, 0};
+    return mimi_cuda_pointwise(&gelu, ex);
 }
 
 extern "C" int mimi_cuda_gemm(const struct op_gemm *g, struct gpu_exec *ex) { return launch_gemm(g, ex); }
+
+extern "C" int mimi_cuda_gemm_on_cublas(const struct op_gemm *g) {
+    struct skinny s;
+    return !as_skinny(g, &s) && !g->ln_w;
+}

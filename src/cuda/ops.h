@@ -32,6 +32,9 @@ struct gpu_exec {
     char *errmsg;   // receives the failure text
     size_t errlen;
     int pdl;        // 1: kernels launch as programmatic dependents of the one before (sm_90+)
+    void *cublaslt;           // cublasLtHandle_t, for products with a tuned algorithm (or NULL)
+    void *workspace;          // the cuBLAS workspace, workspace_bytes long
+    size_t workspace_bytes;
 };
 
 // ---- direct convolutions (conv1d.cu, convtr1d.cu) ----
@@ -142,9 +145,23 @@ struct op_gemm {
     const float *ln_x, *ln_y, *ln_scale, *ln_w, *ln_b;
     float *ln_out;
     float ln_eps;
+    const void *algo;  // a cublasLtMatmulAlgo_t chosen by mimi_cuda_gemm_tune, or NULL: cuBLAS's default
 };
 #define GPU_LN_MAX_FLOATS 8192
 int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
+// 1 when g's product goes to cuBLAS (not to the skinny kernel).
+int mimi_cuda_gemm_on_cublas(const struct op_gemm *g);
+
+// ---- gemm_tune.cu: a product's cuBLASLt algorithm, chosen once per model and shape ----
+
+struct gemm_tuning;  // a model's choices, by shape
+struct gemm_tuning *mimi_cuda_tuning_new(void);
+void mimi_cuda_tuning_free(struct gemm_tuning *t);
+// Sets g->algo for a large strict product (on ex's stream, which must not be capturing), when a
+// candidate with the default's exact arithmetic is faster; otherwise leaves it NULL.
+void mimi_cuda_gemm_tune(struct op_gemm *g, const struct gpu_exec *ex, struct gemm_tuning *t);
+// Runs g's product with its tuned algorithm.
+int mimi_cuda_gemm_tuned(const struct op_gemm *g, struct gpu_exec *ex);
 
 // ---- elementwise.cu ----
 

@@ -13,6 +13,7 @@ struct mimi_cuda_model {
     float *weights;        // one device allocation holding every tensor
     size_t n_floats;
     struct gpu_weights w;  // pointers into `weights`
+    struct gemm_tuning *tuning;  // the whole-signal products' algorithms, by shape (gemm_tune.cu)
 };
 
 #endif
