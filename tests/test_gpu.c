@@ -193,9 +193,33 @@ static void test_products(void) {
     product_case(0, 5, 1536, 512, 512, 0.0f, 0);    // under 1 M weights: skinny_kernel
 }
 
-// gemm_tune.cu: a large strict product, tuned once, remembered by shape, and giving cuBLAS's
-// default result bit for bit (the shape of the decoder's 256 -> 128 transposed conv in a
-// whole-signal step of 16 x 64 frames, tuned on an H200); fast mode and small products untuned.
+// gemm_tune.cu on one large strict product: tuned once, remembered by shape, and
+// giving cuBLAS's default result bit for bit. C0 and C1 are host buffers of C's size.
+static void tune_case(struct op_gemm g, struct gpu_exec *ex, struct gemm_tuning *tuning, float *C0, float *C1) {
+    const size_t nc = (size_t)g.m * g.n;
+    mimi_cuda_gemm_tune(&g, ex, tuning);
+    struct op_gemm again = g;
+    again.algo = NULL;
+    mimi_cuda_gemm_tune(&again, ex, tuning);
+    CHECK(again.algo == g.algo);  // remembered, not tuned twice
+    const void *tuned = g.algo;
+    g.algo = NULL;
+    CHECK_EQ(cudaMemset(g.c, 0x3f, sizeof(float) * nc), cudaSuccess);  // 0.747 everywhere, for beta != 0
+    CHECK_EQ(mimi_cuda_gemm(&g, ex), MIMI_OK);
+    CHECK_EQ(cudaMemcpy(C0, g.c, sizeof(float) * nc, cudaMemcpyDeviceToHost), cudaSuccess);
+    g.algo = tuned;
+    CHECK_EQ(cudaMemset(g.c, 0x3f, sizeof(float) * nc), cudaSuccess);
+    CHECK_EQ(mimi_cuda_gemm(&g, ex), MIMI_OK);
+    CHECK_EQ(cudaMemcpy(C1, g.c, sizeof(float) * nc, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t differ = 0;
+    for (size_t i = 0; i < nc; i++) differ += memcmp(C0 + i, C1 + i, sizeof(float)) != 0;
+    printf("  tuned product %d x %d x %d, beta %g: %s; %zu of %zu outputs differ from the default's %s\n", g.m, g.n,
+           g.k, g.beta, tuned ? "another algorithm" : "the default kept", differ, nc, ex->errmsg);
+    CHECK_EQ(differ, 0);
+}
+
+// The decoder's 256 -> 128 transposed conv in a whole-signal step of 16 x 64 frames (tuned on
+// an H200); a small product and TF32 products are left on the default.
 static void test_gemm_tune(void) {
     struct op_gemm g = {0};
     g.m = 98304, g.n = 1280, g.k = 256, g.lda = g.m, g.ldb = g.k, g.ldc = g.m;
@@ -223,31 +247,18 @@ static void test_gemm_tune(void) {
     g.a = dA, g.b = dB, g.c = dC;
     char msg[256] = "";
     struct gpu_exec ex = {NULL, h, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, lt, ws, ws_bytes};
-    mimi_cuda_gemm_tune(&g, &ex, tuning);
-    struct op_gemm again = g;
-    again.algo = NULL;
-    mimi_cuda_gemm_tune(&again, &ex, tuning);
-    CHECK(again.algo == g.algo);  // remembered, not tuned twice
-    const void *tuned = g.algo;
-    g.algo = NULL;
-    CHECK_EQ(mimi_cuda_gemm(&g, &ex), MIMI_OK);
-    CHECK_EQ(cudaMemcpy(C0, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost), cudaSuccess);
-    g.algo = tuned;
-    CHECK_EQ(cudaMemset(dC, 0, sizeof(float) * nc), cudaSuccess);
-    CHECK_EQ(mimi_cuda_gemm(&g, &ex), MIMI_OK);
-    CHECK_EQ(cudaMemcpy(C1, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost), cudaSuccess);
-    size_t differ = 0;
-    for (size_t i = 0; i < nc; i++) differ += memcmp(C0 + i, C1 + i, sizeof(float)) != 0;
-    printf("  tuned product %d x %d x %d: %s; %zu of %zu outputs differ from the default's %s\n", g.m, g.n, g.k,
-           tuned ? "another algorithm" : "the default kept", differ, nc, msg);
-    CHECK_EQ(differ, 0);
-    struct op_gemm fast = g, small = g;
-    fast.algo = small.algo = NULL;
+    tune_case(g, &ex, tuning, C0, C1);
+    struct op_gemm acc = g;  // accumulating, as a resblock's 1x1 conv into its input
+    acc.beta = 1.0f;
+    tune_case(acc, &ex, tuning, C0, C1);
+    struct op_gemm small = g;
     small.m = 2048;  // 1.3 GFLOP: not worth tuning
     mimi_cuda_gemm_tune(&small, &ex, tuning);
+    CHECK(small.algo == NULL);
+    struct op_gemm fast = g;  // TF32 products keep the default
     ex.precision = MIMI_PRECISION_FAST;
     mimi_cuda_gemm_tune(&fast, &ex, tuning);
-    CHECK(small.algo == NULL && fast.algo == NULL);
+    CHECK(fast.algo == NULL);
     cublasLtDestroy(lt), cublasDestroy(h), cudaFree(ws), cudaFree(dA), cudaFree(dB), cudaFree(dC);
     mimi_cuda_tuning_free(tuning);
     free(A), free(Bm), free(C0), free(C1);

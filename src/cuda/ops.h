@@ -157,7 +157,7 @@ int mimi_cuda_gemm_on_cublas(const struct op_gemm *g);
 struct gemm_tuning;  // a model's choices, by shape
 struct gemm_tuning *mimi_cuda_tuning_new(void);
 void mimi_cuda_tuning_free(struct gemm_tuning *t);
-// Sets g->algo for a large strict product (on ex's stream, which must not be capturing), when a
+// Sets g->algo for a large strict product (on ex's stream, which must not be capturing) when a
 // candidate with the default's exact arithmetic is faster; otherwise leaves it NULL.
 void mimi_cuda_gemm_tune(struct op_gemm *g, const struct gpu_exec *ex, struct gemm_tuning *t);
 // Runs g's product with its tuned algorithm.
