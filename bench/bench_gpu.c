@@ -12,7 +12,7 @@
  *                                            (only the per-op profile of B streams; --ops lists
  *                                            every op of the step in plan order)
  *        mimi-bench-gpu [--model PATH] [--modes ...] --offline [--files N]
- *                                            (only the many-files figures; --files: only N files of 60 s)
+ *                                            (only the whole-signal figures; --files: only N files of 60 s)
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -590,6 +590,8 @@ int main(int argc, char **argv) {
                 many_files(models[i], offline_files, 60, target, peak);
                 continue;
             }
+            whole_file(models[i], 20);
+            whole_file(models[i], 300);
             many_files(models[i], 16, 60, target, peak);
             many_files(models[i], 64, 60, target, peak);
             many_files(models[i], 256, 0, target, peak);

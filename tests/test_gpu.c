@@ -44,7 +44,8 @@ static void log_errors(void *user, int level, const char *msg) {
     snprintf(last_error, sizeof last_error, "%s", msg);
 }
 
-// The strict GPU model runs with two host threads: large steps split their staging copies.
+// The strict GPU model runs with two host threads: large steps split their staging copies; the
+// CPU model with eight (its results do not depend on them).
 static struct mimi_model *load(int backend, int precision) {
     struct mimi_model_params mp;
     mimi_model_params_default(&mp);
@@ -52,6 +53,7 @@ static struct mimi_model *load(int backend, int precision) {
     mp.backend = backend;
     mp.precision = precision;
     if (backend == MIMI_BACKEND_CUDA && precision == MIMI_PRECISION_STRICT) mp.n_threads = 2;
+    if (backend == MIMI_BACKEND_CPU) mp.n_threads = 8;
     int rc;
     struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
     if (!m) SKIP("no synthetic model or no device: %s", mimi_strerror(rc));
@@ -411,7 +413,7 @@ static void test_fast_wide(void) {
 }
 
 // Whole-signal encode and decode of the clip in the fast modes against strict: one slot steps
-// up to 64 frames at a time, which puts its convs on the large-product kernels (im2col + cuBLAS,
+// the clip's 74 frames at once, which puts its convs on the large-product kernels (im2col + cuBLAS,
 // or the windowed tensor-core conv) that lone streams never use.
 static void test_fast_offline(void) {
     const int64_t n = clip_frames * FRAME, max = clip_frames * N_Q;
@@ -440,6 +442,74 @@ done:
     free(strict_codes), free(codes), free(strict_pcm), free(pcm);
 }
 
+// A signal longer than the largest whole-signal step (1024 frames: two steps, the second seeing
+// a full step's history) against the CPU, and LONG_MANY such signals in one call (smaller steps
+// of several slots) against one-signal calls.
+#define LONG_FRAMES 1800
+#define LONG_MANY 16
+static void test_offline_long(void) {
+    const int64_t n = (int64_t)LONG_FRAMES * FRAME, max = (int64_t)LONG_FRAMES * N_Q;
+    const int64_t total = n + (LONG_MANY - 1) * 997;
+    float *pcm = malloc(sizeof(float) * total), *pcm_cpu = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n);
+    int32_t *codes_cpu = malloc(sizeof(int32_t) * max), *codes = malloc(sizeof(int32_t) * max);
+    const float *sig[LONG_MANY];
+    int32_t *many[LONG_MANY] = {NULL};
+    float *many_pcm[LONG_MANY] = {NULL};
+    int64_t lens[LONG_MANY], nf[LONG_MANY], max_codes[LONG_MANY], out_size[LONG_MANY];
+    CHECK(pcm && pcm_cpu && out && codes_cpu && codes);
+    if (!pcm || !pcm_cpu || !out || !codes_cpu || !codes) goto done;
+    // the clip over and over, each pass at another gain
+    for (int64_t i = 0; i < total; i++) {
+        const int64_t pass = i / (clip_frames * FRAME);
+        pcm[i] = clip[i % (clip_frames * FRAME)] * (0.4f + 0.3f * (float)(pass % 3));
+    }
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    CHECK_EQ(mimi_encode_offline(cpu, &sp, pcm, n, codes_cpu, max), LONG_FRAMES);
+    CHECK_EQ(mimi_encode_offline(gpu, &sp, pcm, n, codes, max), LONG_FRAMES);
+    int sem;
+    const double agree = code_agreement(codes, codes_cpu, (int)max, &sem);
+    CHECK_EQ(mimi_decode_offline(cpu, &sp, codes_cpu, LONG_FRAMES, pcm_cpu, n), n);
+    CHECK_EQ(mimi_decode_offline(gpu, &sp, codes_cpu, LONG_FRAMES, out, n), n);
+    printf("  whole signal of %d frames vs cpu: codes equal %.4f, semantic %s\n", LONG_FRAMES, agree,
+           sem ? "all equal" : "DIFFER");
+    CHECK(agree >= 0.995 && sem);
+    CHECK_REL_L2(out, pcm_cpu, (size_t)n, TOL, "whole signal of 1800 frames, gpu vs cpu decode pcm");
+    // many long signals in one call: each as its own call gives it
+    for (int i = 0; i < LONG_MANY; i++) {
+        sig[i] = pcm + (int64_t)i * 997;
+        lens[i] = n - (int64_t)i * 300;
+        nf[i] = mimi_frames_for_samples(gpu, lens[i]);
+        max_codes[i] = N_Q * nf[i];
+        out_size[i] = FRAME * nf[i];
+        many[i] = malloc(sizeof(int32_t) * max_codes[i]);
+        many_pcm[i] = malloc(sizeof(float) * out_size[i]);
+        CHECK(many[i] && many_pcm[i]);
+        if (!many[i] || !many_pcm[i]) goto done;
+    }
+    CHECK_EQ(mimi_encode_offline_many(gpu, &sp, LONG_MANY, sig, lens, many, max_codes), MIMI_OK);
+    CHECK_EQ(mimi_decode_offline_many(gpu, &sp, LONG_MANY, (const int32_t *const *)many, nf, many_pcm, out_size),
+             MIMI_OK);
+    int equal = 0, all = 0;
+    double worst = 0;
+    for (int i = 0; i < LONG_MANY; i++) {
+        CHECK_EQ(mimi_encode_offline(gpu, &sp, sig[i], lens[i], codes, max_codes[i]), nf[i]);
+        for (int64_t k = 0; k < max_codes[i]; k++) equal += codes[k] == many[i][k];
+        all += (int)max_codes[i];
+        CHECK_EQ(mimi_decode_offline(gpu, &sp, many[i], nf[i], out, out_size[i]), out_size[i]);
+        const double e = rel_l2(many_pcm[i], out, (size_t)out_size[i]);
+        worst = e > worst ? e : worst;
+    }
+    printf("  %d signals of about %d frames in one call vs one at a time: codes equal %d/%d, worst pcm rel_l2 %.3e\n",
+           LONG_MANY, LONG_FRAMES, equal, all, worst);
+    CHECK(equal >= all * 995 / 1000);
+    CHECK(worst <= 1e-5);
+done:
+    for (int i = 0; i < LONG_MANY; i++) free(many[i]), free(many_pcm[i]);
+    free(pcm), free(pcm_cpu), free(out), free(codes_cpu), free(codes);
+}
+
 // Many signals in one whole-signal call, more than the two lanes have slots (so slots are reset
 // and reused), of lengths from one sample to the whole clip: each as a one-signal call gives it.
 #define MANY 37
@@ -449,7 +519,7 @@ static void test_offline_many(void) {
     float *out[MANY];
     int64_t lens[MANY], nf[MANY], max_codes[MANY];
     for (int i = 0; i < MANY; i++) {
-        // mostly short signals, a few long ones (the step is then 64 frames for every slot)
+        // mostly short signals, a few long ones (the step is then 32 frames for every slot)
         const int64_t frames = i % 9 == 4 ? clip_frames - i / 9 : 1 + i % 6;
         lens[i] = i == 3 ? 1 : frames * FRAME - (i % 4) * 301;
         nf[i] = mimi_frames_for_samples(gpu, lens[i]);
@@ -751,6 +821,7 @@ int main(int argc, char **argv) {
     test_fast_wide();
     test_fast_offline();
     test_offline_many();
+    test_offline_long();
     test_bad_pcm();
     test_async();
     test_profile();

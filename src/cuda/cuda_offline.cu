@@ -1,11 +1,10 @@
 /*
  * cuda_offline.cu - whole-signal encode and decode on the device (gpu.h): batches whose step
- * advances each slot OFFLINE_FRAMES frames at once (plan.c with L.frames > 1: the convs see that
- * many more samples, the transformer that many more positions under the exact window, the
- * quantizer that many latents as rows), scheduled by src/offline_sched.c. One signal takes one
- * slot of one batch (its taps hand over the real frames only); many signals share two batches
- * ("lanes") of up to OFFLINE_SLOTS slots each, so that the host stages one lane's step while the
- * device runs the other's.
+ * advances each slot many frames at once (plan.c with L.frames > 1: the convs see that many more
+ * samples, the transformer that many more positions under the exact window, the quantizer that
+ * many latents as rows), scheduled by src/offline_sched.c. One signal takes one slot of one batch
+ * (its taps hand over the real frames only); many signals share two batches ("lanes") of several
+ * slots each, so that the host stages one lane's step while the device runs the other's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,51 +15,81 @@ extern "C" {
 #include "offline_sched.h"
 }
 
-// Frames per step at most, and transformer positions per step at most (Mimi: 64 frames of 2
-// positions; Pocket TTS's Mimi: 8 frames of 16).
-#define OFFLINE_FRAMES 64
-#define OFFLINE_POSITIONS 128
-// Lanes and slots per lane of a many-signal pass: 16 slots of 64 frames make a step of 1024
-// frames per lane, where the products are as efficient as they get; fewer when the device's
-// free memory is short.
+// A lane's step: at most OFFLINE_ROWS frames (slots x frames per step: 82 s of audio, where the
+// products are as efficient as they get) and OFFLINE_POSITIONS transformer positions per slot
+// (Mimi: 1024 frames of 2 positions; Pocket TTS's Mimi: 128 frames of 16). Frames per step are
+// powers of two from OFFLINE_MIN_FRAMES, so that calls of different lengths share a few product
+// shapes (and their tuning).
+#define OFFLINE_ROWS 1024
+#define OFFLINE_POSITIONS 2048
+#define OFFLINE_MIN_FRAMES 16
 #define OFFLINE_LANES 2
-#define OFFLINE_SLOTS 16
+// The cost of a step apart from its frames, in frames of work (a 512-frame step of 16 signals ran
+// at 0.93 times the rate per frame of a 1024-frame one on an H200, strict), and the extra cost
+// per frame of short steps, which re-read the attention window (context + F positions) for F
+// frames (attention was about 10% of a 64-frame step).
+#define OFFLINE_STEP_COST 64.0
+static double frame_cost(int frames) { return frames >= 64 ? 1.0 : frames >= 32 ? 1.08 : 1.24; }
 
-// The most frames per step, up to OFFLINE_FRAMES, OFFLINE_POSITIONS and n_frames, whose attention
-// fits the device's shared memory per block (the two-pass kernel of head sizes other than 64
-// holds all the step's positions of a row in one block).
-static int frames_per_step(const struct mimi_model *m, int64_t n_frames) {
+// The most frames per step of `slots` slots whose attention fits the device's shared memory per
+// block (the two-pass kernel of head sizes other than 64 holds all the step's positions of a row
+// in one block).
+static int most_frames(const struct mimi_model *m, int slots) {
     int limit = 48 * 1024;
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, m->cuda->device);
-    int F = n_frames < OFFLINE_FRAMES ? (int)n_frames : OFFLINE_FRAMES;
     const struct transformer *t = &m->enc_tr;  // the decoder's has the same geometry
+    int F = OFFLINE_ROWS / slots;
+    if (F > OFFLINE_POSITIONS / m->steps_per_frame) F = OFFLINE_POSITIONS / m->steps_per_frame;
     for (; F > 1; F--) {
         const int steps = m->steps_per_frame * F;
-        if (steps > OFFLINE_POSITIONS) continue;
         if (mimi_cuda_attention_smem(steps, t->head_dim, t->context + steps) + 1024 <= (size_t)limit) break;
     }
-    return F;
+    return F > 1 ? F : 1;
 }
 
-// Slots per lane for n signals of `frames` frames per step: at most OFFLINE_SLOTS x
-// OFFLINE_FRAMES frames per step, and all lanes' state and scratch within half the device's
-// free memory.
-static int slots_per_lane(const struct mimi_model *m, const struct mimi_batch_params *bp, int lanes, int n,
-                          int frames) {
+// Whether `lanes` lanes of `slots` slots stepping `frames` frames fit in half the device's free
+// memory (state and scratch).
+static int lanes_fit(const struct mimi_model *m, const struct mimi_batch_params *bp, int lanes, int slots, int frames,
+                     size_t free_bytes) {
+    struct gpu_layout L;
+    if (gpu_layout_init(&L, m, bp->direction, slots, bp->n_codebooks, bp->attention, frames)) return 1;
+    return sizeof(float) * (L.scratch_elems + L.slot_elems * slots) * lanes <= free_bytes / 2;
+}
+
+// Frames per step and slots per lane for n signals: of the power-of-two frames per step (at most
+// the longest signal's, rounded up), the one with the least estimated time, with as many slots
+// as the signals need up to OFFLINE_ROWS frames per step. A step costs OFFLINE_STEP_COST + slots x
+// frames x frame_cost; a pass takes at least the longest signal's steps, and at least its
+// padded frames over a step's. Then slots (or, with one slot, frames) are halved until the lanes
+// fit the device's free memory. One long signal steps 1024 frames at a time; 16 signals of 60 s
+// 8 slots of 128 frames; many short ones many slots of few frames.
+static void offline_shape(const struct mimi_model *m, const struct mimi_batch_params *bp, int lanes, int n,
+                          const struct offline_signal *sig, int *frames, int *slots) {
+    int64_t longest = 1;
+    for (int i = 0; i < n; i++) longest = sig[i].n_frames > longest ? sig[i].n_frames : longest;
+    const int wanted = (n + lanes - 1) / lanes;
+    double best = -1;
+    *frames = 1, *slots = 1;
+    for (int F = OFFLINE_MIN_FRAMES; F <= OFFLINE_ROWS; F *= 2) {
+        const int S = wanted < OFFLINE_ROWS / F ? wanted : OFFLINE_ROWS / F, most = most_frames(m, S);
+        const int f = F < most ? F : most;
+        int64_t padded = 0;
+        for (int i = 0; i < n; i++) padded += (sig[i].n_frames + f - 1) / f * f;
+        int64_t steps = (padded + (int64_t)S * f - 1) / ((int64_t)S * f);
+        if (steps < (longest + f - 1) / f) steps = (longest + f - 1) / f;
+        const double t = (double)steps * (OFFLINE_STEP_COST + (double)S * f * frame_cost(f));
+        if (best < 0 || t < best) best = t, *frames = f, *slots = S;
+        if (f < F || F >= longest) break;  // larger steps are not possible, or only pad more
+    }
     size_t free_bytes = 0, total = 0;
     if (cudaSetDevice(m->cuda->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
         cudaGetLastError();
-        return 1;
+        free_bytes = 0;
     }
-    // as many frames per step as OFFLINE_SLOTS slots of OFFLINE_FRAMES
-    int slots = (n + lanes - 1) / lanes, most = OFFLINE_SLOTS * OFFLINE_FRAMES / frames;
-    if (slots > most) slots = most;
-    for (; slots > 1; slots /= 2) {
-        struct gpu_layout L;
-        if (gpu_layout_init(&L, m, bp->direction, slots, bp->n_codebooks, bp->attention, frames)) break;
-        if (sizeof(float) * (L.scratch_elems + L.slot_elems * slots) * lanes <= free_bytes / 2) break;
+    while ((*slots > 1 || *frames > 1) && !lanes_fit(m, bp, lanes, *slots, *frames, free_bytes)) {
+        if (*slots > 1) *slots /= 2;
+        else *frames /= 2;
     }
-    return slots;
 }
 
 // The lanes of one pass. Lane 0 is made before the first step; the others when their first step
@@ -115,31 +144,9 @@ static void lane_retire(void *ctx, int lane) {
     c->lane[lane] = NULL;
 }
 
-// Frames per step for many signals: of 16, 32 and 64 (at most the longest signal), the one with
-// the least estimated work, each signal's frames padded to whole steps and weighed by a step
-// size's cost per frame. A step re-reads its attention window (context + F positions) for its F
-// frames; attention was about 10% of a 64-frame step (strict, H200), so 32 frames are estimated
-// at 1.08 and 16 at 1.24 times 64's cost per frame. Many short signals then waste less on padding
-// (a 22-frame signal is 64 frames of work at F = 64, 32 at F = 32).
-static int frames_for_many(const struct mimi_model *m, int n, const struct offline_signal *sig, int64_t longest) {
-    static const int sizes[3] = {64, 32, 16};
-    static const double cost[3] = {1.0, 1.08, 1.24};
-    int best = frames_per_step(m, longest);
-    double best_work = -1;
-    for (int k = 0; k < 3; k++) {
-        const int F = frames_per_step(m, sizes[k] < longest ? sizes[k] : longest);
-        double work = 0;
-        for (int i = 0; i < n; i++) work += (double)((sig[i].n_frames + F - 1) / F) * F * cost[k];
-        if (best_work < 0 || work < best_work) best = F, best_work = work;
-    }
-    return best;
-}
-
 extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int n_codebooks, mimi_tap_fn tap,
                                  void *tap_user, int want_codes, int n, const struct offline_signal *sig,
                                  int (*check)(void *, int), void *check_ctx) {
-    int64_t longest = 0;
-    for (int i = 0; i < n; i++) longest = sig[i].n_frames > longest ? sig[i].n_frames : longest;
     struct mimi_batch_params bp;
     mimi_batch_params_default(&bp);
     bp.direction = direction;
@@ -149,8 +156,7 @@ extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int 
     bp.tap_user = tap_user;
     struct offline_lanes d;
     d.n_lanes = n > 1 ? OFFLINE_LANES : 1;
-    d.frames = n > 1 ? frames_for_many(m, n, sig, longest) : frames_per_step(m, longest);
-    d.slots = n > 1 ? slots_per_lane(m, &bp, d.n_lanes, n, d.frames) : 1;
+    offline_shape(m, &bp, d.n_lanes, n, sig, &d.frames, &d.slots);
     d.encode = direction == MIMI_DIRECTION_ENCODE;
     d.frame_size = m->frame_size;
     d.per_frame = want_codes ? n_codebooks : m->frame_dim;
