@@ -11,8 +11,9 @@
  *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--warm N] [--ops]
  *                                            (only the per-op profile of B streams; --ops lists
  *                                            every op of the step in plan order)
- *        mimi-bench-gpu [--model PATH] [--modes ...] --offline [--files N]
- *                                            (only the whole-signal figures; --files: only N files of 60 s)
+ *        mimi-bench-gpu [--model PATH] [--modes ...] --offline [--files N] [--trim]
+ *                                            (only the whole-signal figures; --files: only N files of 60 s;
+ *                                            --trim: mimi_model_trim after every call)
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -227,6 +228,10 @@ done:
 
 // ---- one file, whole-signal ----
 
+// --trim: mimi_model_trim after every whole-signal call, so that each call makes its lanes anew
+// (the figure without the lanes a model keeps between calls)
+static int trim_each;
+
 // mimi_encode_offline / mimi_decode_offline of one `seconds`-long signal (many frames per step on
 // the device); best of three, after one run that creates the plans' kernels.
 static void whole_file(struct mimi_model *m, int seconds) {
@@ -238,8 +243,10 @@ static void whole_file(struct mimi_model *m, int seconds) {
     for (int k = 0; pcm && out && codes && k < 4; k++) {
         double t0 = 1e3 * now();
         if (mimi_encode_offline(m, NULL, pcm, n, codes, 8 * frames) != frames) break;
+        if (trim_each) mimi_model_trim(m);
         double t1 = 1e3 * now();
         if (mimi_decode_offline(m, NULL, codes, frames, out, n) != n) break;
+        if (trim_each) mimi_model_trim(m);
         double t2 = 1e3 * now();
         if (k && t1 - t0 < best_e) best_e = t1 - t0;
         if (k && t2 - t1 < best_d) best_d = t2 - t1;
@@ -280,8 +287,10 @@ static void many_files(struct mimi_model *m, int clips, int seconds, double targ
     for (int k = 0; ok && k < 4; k++) {
         double t0 = 1e3 * now();
         if (mimi_encode_offline_many(m, NULL, clips, pcm, lens, codes, max_codes) != MIMI_OK) break;
+        if (trim_each) mimi_model_trim(m);
         double t1 = 1e3 * now();
         if (mimi_decode_offline_many(m, NULL, clips, (const int32_t *const *)codes, nf, out, lens) != MIMI_OK) break;
+        if (trim_each) mimi_model_trim(m);
         double t2 = 1e3 * now();
         if (k && t1 - t0 < best_e) best_e = t1 - t0;
         if (k && t2 - t1 < best_d) best_d = t2 - t1;
@@ -539,6 +548,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ops")) print_ops = 1;
         else if (!strcmp(argv[i], "--offline")) offline_only = 1;
         else if (!strcmp(argv[i], "--files") && i + 1 < argc) offline_files = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--trim")) trim_each = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) host_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             const char *list = argv[++i];
@@ -552,7 +562,7 @@ int main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N] "
-                            "[--profile B [--warm N] [--ops]] [--offline [--files N]] | --write-model PATH\n", argv[0]);
+                            "[--profile B [--warm N] [--ops]] [--offline [--files N] [--trim]] | --write-model PATH\n", argv[0]);
             return 2;
         }
     }

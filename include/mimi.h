@@ -239,6 +239,13 @@ MIMI_API struct mimi_model *mimi_model_load_memory(const void *data, size_t size
  * first. */
 MIMI_API void mimi_model_destroy(struct mimi_model *model);
 
+/* Frees the device memory a model keeps between calls: a CUDA model keeps the batches of its
+ * last whole-signal calls (mimi_encode_offline and the like; at most four, up to about 3.5 GB
+ * each for the largest steps) so that the next call of the same shape need not make them again;
+ * mimi_batch_create frees them by itself when a batch does not fit otherwise. Calls in progress
+ * on other threads keep theirs. Nothing to do for a CPU model. NULL is allowed. */
+MIMI_API void mimi_model_trim(struct mimi_model *model);
+
 /* Geometry queries. Never hard-code these numbers; read them from the model. */
 MIMI_API int mimi_model_sample_rate(const struct mimi_model *model);   /* 24000 */
 MIMI_API int mimi_model_frame_size(const struct mimi_model *model);    /* samples per frame, 1920 */
@@ -580,8 +587,9 @@ MIMI_API int64_t mimi_decode_offline_latent(const struct mimi_model *model,
 /* Whole-signal encode of many signals in one call: for each i, the codes
  * mimi_encode_offline(model, params, pcm[i], n_samples[i], codes[i], max_codes[i]) gives
  * (codes[i] receives n_codebooks * mimi_frames_for_samples(model, n_samples[i]) values,
- * codebook-major). On a GPU model the signals share each step (up to 32 at a time, each advancing
- * 64 frames), which is how offline throughput is reached; on the CPU they run one after another.
+ * codebook-major). On a GPU model the signals share each step (two alternating batches whose
+ * step advances up to 1024 frames in all: 16 signals x 64 frames, 8 x 128, more short ones x
+ * fewer frames), which is how offline throughput is reached; on the CPU they run one after another.
  * Every signal's buffers and sizes are checked before any is encoded, and its samples before it
  * is encoded (on a GPU model just before its first step, while the device runs the steps already
  * queued); a message names the first bad one ("signal 3: ..."). params->tap must be NULL (taps

@@ -27,6 +27,8 @@ int mimi_cuda_device_count(void);
 int mimi_cuda_model_init(struct mimi_model *m);
 // Frees m->cuda (NULL allowed).
 void mimi_cuda_model_free(struct mimi_model *m);
+// Frees the whole-signal lanes the model keeps between calls (m->cuda set); returns how many.
+int mimi_cuda_offline_trim(const struct mimi_model *m);
 
 // Creates a batch whose slots live on the device: state, scratch, the plans of every row bucket
 // captured as graphs. Checks on `params` are the caller's. NULL with *err on failure.

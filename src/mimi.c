@@ -119,6 +119,10 @@ struct mimi_model *mimi_model_load_memory(const void *data, size_t size,
 
 void mimi_model_destroy(struct mimi_model *model) { mimi_model_free(model); }
 
+void mimi_model_trim(struct mimi_model *model) {
+    if (model && model->cuda) mimi_cuda_offline_trim(model);
+}
+
 int mimi_model_sample_rate(const struct mimi_model *m) { return m ? m->sample_rate : MIMI_EINVAL; }
 int mimi_model_frame_size(const struct mimi_model *m) { return m ? m->frame_size : MIMI_EINVAL; }
 int mimi_model_max_codebooks(const struct mimi_model *m) { return m ? m->quantizer.n_q : MIMI_EINVAL; }

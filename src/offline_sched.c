@@ -28,13 +28,18 @@ static size_t out_row(const struct offline_lanes *d) {
     return (size_t)WORD * d->frames * (d->encode ? d->per_frame : d->frame_size);
 }
 
+static void copy(const struct offline_lanes *d, void *dst, const void *src, size_t bytes) {
+    if (d->copy) d->copy(d->ctx, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
 // Frames f0 .. f0 + frames - 1 of signal s as one input row, zeros past its end.
 static void fill_row(const struct offline_lanes *d, const struct offline_signal *s, int64_t f0, unsigned char *row) {
     const unsigned char *in = (const unsigned char *)s->in;
     if (d->encode) {
         const int64_t start = f0 * d->frame_size, want = (int64_t)d->frames * d->frame_size;
         const int64_t take = s->n_samples > start ? min64(s->n_samples - start, want) : 0;
-        memcpy(row, in + (size_t)WORD * start, (size_t)WORD * take);
+        copy(d, row, in + (size_t)WORD * start, (size_t)WORD * take);
         memset(row + (size_t)WORD * take, 0, (size_t)WORD * (want - take));
         return;
     }
@@ -53,7 +58,7 @@ static void take_row(const struct offline_lanes *d, const struct offline_signal 
     unsigned char *out = (unsigned char *)s->out;
     const int64_t valid = min64(d->frames, s->n_frames - f0);
     if (!d->encode) {
-        memcpy(out + (size_t)WORD * f0 * d->frame_size, row, (size_t)WORD * valid * d->frame_size);
+        copy(d, out + (size_t)WORD * f0 * d->frame_size, row, (size_t)WORD * valid * d->frame_size);
         return;
     }
     for (int64_t f = 0; f < valid; f++)

@@ -11,6 +11,7 @@
 #ifndef MIMI_OFFLINE_SCHED_H
 #define MIMI_OFFLINE_SCHED_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 // One signal, checked by the caller. Encode: `in` holds n_samples samples; `out` receives
@@ -47,6 +48,9 @@ struct offline_lanes {
     // Signals are checked in index order, so that the first bad one is the one named.
     int (*check)(void *check_ctx, int signal);
     void *check_ctx;
+    // Copies the samples of a row in or out (NULL: memcpy); a device lane splits a long signal's
+    // megabytes over the model's host threads.
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 };
 
 // Runs the n signals; returns MIMI_OK, MIMI_ENOMEM or the first failure of a callback (after

@@ -40,6 +40,7 @@ static void test_null_handles(void) {
     CHECK(mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc) == NULL);
     CHECK_EQ(rc, MIMI_EINVAL);
     mimi_model_destroy(NULL);
+    mimi_model_trim(NULL);
     mimi_encoder_destroy(NULL);
     mimi_decoder_destroy(NULL);
     mimi_encoder_reset(NULL);
@@ -92,6 +93,7 @@ static void test_null_buffers(void) {
     CHECK_EQ(mimi_decode_offline(m, NULL, codes, 1, pcm, 1919), MIMI_EBUFFER);
     mimi_encoder_destroy(e);
     mimi_decoder_destroy(d);
+    mimi_model_trim(m);  // a CPU model keeps nothing
     mimi_model_destroy(m);
 }
 

@@ -510,6 +510,85 @@ done:
     free(pcm), free(pcm_cpu), free(out), free(codes_cpu), free(codes);
 }
 
+#ifdef MIMI_TEST_CUDA_RUNTIME
+static size_t free_now(void) {
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    return free_bytes;
+}
+
+// A streaming batch that fits only when the kept lanes (`kept` bytes) are given back is made:
+// the device is filled to half the batch's size, the lanes are freed and the creation retried.
+static void kept_lanes_yield(size_t kept, const struct mimi_stream_params *sp, int32_t *codes, int64_t max) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = 4;
+    bp.n_codebooks = N_Q;
+    size_t before = free_now();
+    struct mimi_batch *b = mimi_batch_create(gpu, &bp, NULL);
+    CHECK(b != NULL);
+    const size_t need = before - free_now();
+    mimi_batch_destroy(b);
+    if (kept < 2 * need) {
+        printf("  kept lanes (%zu bytes) too small against a batch (%zu bytes): yield not tried\n", kept, need);
+        return;
+    }
+    CHECK_EQ(mimi_encode_offline(gpu, sp, clip, clip_frames * FRAME, codes, max), clip_frames);
+    void *fill = NULL;
+    if (cudaMalloc(&fill, free_now() - need / 2) != cudaSuccess) {
+        cudaGetLastError();
+        printf("  could not fill the device: yield not tried\n");
+        return;
+    }
+    b = mimi_batch_create(gpu, &bp, NULL);
+    CHECK(b != NULL);  // made once the kept lanes were freed
+    mimi_batch_destroy(b);
+    cudaFree(fill);
+    before = free_now();
+    mimi_model_trim(gpu);
+    CHECK(free_now() == before);  // nothing was left kept
+    printf("  a batch of %zu bytes made on a full device by freeing %zu bytes of kept lanes\n", need, kept);
+}
+#endif
+
+// Whole-signal lanes kept between calls: a call after another of the same shape (on a kept
+// lane, its slots reset) gives what the first call gave, so does one after mimi_model_trim,
+// which gives the kept lanes' device memory back.
+static void test_offline_kept(void) {
+    const int64_t n = clip_frames * FRAME, max = clip_frames * N_Q;
+    int32_t *first = malloc(sizeof(int32_t) * max), *codes = malloc(sizeof(int32_t) * max);
+    float *other = malloc(sizeof(float) * n);
+    CHECK(first && codes && other);
+    if (!first || !codes || !other) goto done;
+    for (int64_t i = 0; i < n; i++) other[i] = 0.5f * clip[n - 1 - i];
+    struct mimi_stream_params sp;
+    mimi_stream_params_default(&sp);
+    sp.n_codebooks = N_Q;
+    CHECK_EQ(mimi_encode_offline(gpu, &sp, clip, n, first, max), clip_frames);
+    CHECK_EQ(mimi_encode_offline(gpu, &sp, other, n, codes, max), clip_frames);
+    CHECK_EQ(mimi_encode_offline(gpu, &sp, clip, n, codes, max), clip_frames);
+    CHECK(memcmp(first, codes, sizeof(int32_t) * max) == 0);
+#ifdef MIMI_TEST_CUDA_RUNTIME
+    size_t before = 0, after = 0, total = 0;
+    cudaMemGetInfo(&before, &total);
+    mimi_model_trim(gpu);
+    cudaMemGetInfo(&after, &total);
+    printf("  whole-signal lanes kept between calls: trim gave back %.0f MB\n", ((double)after - before) / 1e6);
+    CHECK(after > before);
+#else
+    mimi_model_trim(gpu);
+#endif
+    mimi_model_trim(gpu);  // nothing kept: nothing to do
+#ifdef MIMI_TEST_CUDA_RUNTIME
+    kept_lanes_yield(after - before, &sp, codes, max);
+#endif
+    memset(codes, 0, sizeof(int32_t) * max);
+    CHECK_EQ(mimi_encode_offline(gpu, &sp, clip, n, codes, max), clip_frames);
+    CHECK(memcmp(first, codes, sizeof(int32_t) * max) == 0);
+done:
+    free(first), free(codes), free(other);
+}
+
 // Many signals in one whole-signal call, more than the two lanes have slots (so slots are reset
 // and reused), of lengths from one sample to the whole clip: each as a one-signal call gives it.
 #define MANY 37
@@ -822,6 +901,7 @@ int main(int argc, char **argv) {
     test_fast_offline();
     test_offline_many();
     test_offline_long();
+    test_offline_kept();
     test_bad_pcm();
     test_async();
     test_profile();

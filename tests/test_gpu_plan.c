@@ -762,6 +762,7 @@ struct sched_emu {
     void *in[SCHED_LANES], *out[SCHED_LANES];  // each lane's step rows
     int retired[SCHED_LANES];                  // retire calls
     int steps;  // submitted so far
+    size_t copied;  // bytes moved through sched_copy
 };
 
 static int sched_submit(void *ctx, int lane, int n, const int *slots, const void *in, int valid) {
@@ -774,6 +775,11 @@ static int sched_submit(void *ctx, int lane, int n, const int *slots, const void
 
 static void sched_retire(void *ctx, int lane) {
     ((struct sched_emu *)ctx)->retired[lane]++;
+}
+
+static void sched_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    ((struct sched_emu *)ctx)->copied += bytes;
+    memcpy(dst, src, bytes);
 }
 
 static int sched_input(void *ctx, int lane, void **rows) {
@@ -830,7 +836,8 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
         dec[i] = (struct offline_signal){want[i], 0, n, pcm_emu[i]};
     }
     struct offline_lanes d = {SCHED_LANES, SCHED_SLOTS, SCHED_FRAMES, 1, 1920, N_Q,
-                              sched_input, sched_submit, sched_collect, sched_reset, sched_retire, NULL, NULL, NULL};
+                              sched_input, sched_submit, sched_collect, sched_reset, sched_retire, NULL, NULL, NULL,
+                              sched_copy};
     static struct sched_emu x;
     for (int dir = 0; dir < 2; dir++) {
         d.encode = dir == 0;
@@ -845,8 +852,10 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
         struct sched_check c = {0, -1, 1, {0}, &x.steps};
         d.check = d.encode ? sched_check : NULL, d.check_ctx = &c;
         memset(x.retired, 0, sizeof x.retired);
+        x.copied = 0;
         CHECK_EQ(mimi_offline_schedule(&d, SCHED_SIGNALS, d.encode ? enc : dec), MIMI_OK);
         for (int l = 0; l < SCHED_LANES; l++) CHECK_EQ(x.retired[l], 1);  // each lane once
+        CHECK(x.copied > 0);  // the samples went through the lanes' copy
         if (d.encode) {
             // every signal checked, in order; the last two only once the first steps were queued
             CHECK(c.in_order && c.next == SCHED_SIGNALS);

@@ -86,9 +86,11 @@ extern "C" int mimi_cuda_model_init(struct mimi_model *m) {
     if (!cm) return MIMI_ENOMEM;
     cm->device = m->device;
     cm->tuning = mimi_cuda_tuning_new();
-    int rc = cm->tuning ? upload_weights(m, cm) : MIMI_ENOMEM;
+    cm->kept = mimi_cuda_kept_new();
+    int rc = cm->tuning && cm->kept ? upload_weights(m, cm) : MIMI_ENOMEM;
     if (rc) {
         if (cm->weights) cudaFree(cm->weights);
+        mimi_cuda_kept_free(cm->kept);
         mimi_cuda_tuning_free(cm->tuning);
         free(cm);
         return rc;
@@ -104,6 +106,7 @@ extern "C" int mimi_cuda_model_init(struct mimi_model *m) {
 extern "C" void mimi_cuda_model_free(struct mimi_model *m) {
     if (!m || !m->cuda) return;
     cudaSetDevice(m->cuda->device);
+    mimi_cuda_kept_free(m->cuda->kept);  // before the tuning their plans point into
     cudaFree(m->cuda->weights);
     mimi_cuda_tuning_free(m->cuda->tuning);
     free(m->cuda);

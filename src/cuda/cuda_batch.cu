@@ -184,9 +184,13 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
     return b;
 }
 
+// A streaming batch comes before the whole-signal lanes a model keeps between calls: when it
+// cannot be made, they are freed and it is tried once more.
 extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
                                                      const struct mimi_batch_params *params, int *err) {
-    return create(m, params, 1, 1, err);
+    struct mimi_batch *b = create(m, params, 1, 1, err);
+    if (!b && mimi_cuda_offline_trim(m)) b = create(m, params, 1, 1, err);
+    return b;
 }
 
 extern "C" struct mimi_batch *mimi_cuda_offline_create(const struct mimi_model *m,

@@ -6,6 +6,7 @@
  * (its taps hand over the real frames only); many signals share two batches ("lanes") of several
  * slots each, so that the host stages one lane's step while the device runs the other's.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,15 @@ static int most_frames(const struct mimi_model *m, int slots) {
     return F > 1 ? F : 1;
 }
 
+static size_t free_memory(const struct mimi_model *m) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaSetDevice(m->cuda->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return free_bytes;
+}
+
 // Whether `lanes` lanes of `slots` slots stepping `frames` frames fit in half the device's free
 // memory (state and scratch).
 static int lanes_fit(const struct mimi_model *m, const struct mimi_batch_params *bp, int lanes, int slots, int frames,
@@ -55,6 +65,96 @@ static int lanes_fit(const struct mimi_model *m, const struct mimi_batch_params 
     if (gpu_layout_init(&L, m, bp->direction, slots, bp->n_codebooks, bp->attention, frames)) return 1;
     return sizeof(float) * (L.scratch_elems + L.slot_elems * slots) * lanes <= free_bytes / 2;
 }
+
+// ---- lanes kept between calls ----
+
+// A model keeps the lanes of its last whole-signal calls (healthy, without taps; at most
+// OFFLINE_KEPT) for a later call of the same shape: making a lane of 1024 frames takes 2-5 ms and
+// freeing it 2.5-4 ms, about as long as a 20 s signal's one step. mimi_model_trim frees them.
+#define OFFLINE_KEPT (2 * OFFLINE_LANES)
+struct offline_kept {
+    pthread_mutex_t lock;
+    struct mimi_batch *b[OFFLINE_KEPT];
+};
+
+extern "C" struct offline_kept *mimi_cuda_kept_new(void) {
+    struct offline_kept *k = (struct offline_kept *)calloc(1, sizeof *k);
+    if (k && pthread_mutex_init(&k->lock, NULL)) free(k), k = NULL;
+    return k;
+}
+
+static int same_shape(const struct mimi_batch *b, const struct mimi_batch_params *bp, int frames) {
+    const struct gpu_layout *L = &b->gpu->L;
+    return L->direction == bp->direction && L->capacity == bp->capacity && L->frames == frames &&
+           L->n_codebooks == bp->n_codebooks;
+}
+
+static size_t lane_bytes(const struct gpu_layout *L) {
+    return sizeof(float) * (L->scratch_elems + L->slot_elems * (size_t)L->capacity);
+}
+
+// Destroys the kept lanes that are not of this shape: of this direction, or of any when `all`.
+static void kept_evict(struct offline_kept *k, const struct mimi_batch_params *bp, int frames, int all) {
+    struct mimi_batch *gone[OFFLINE_KEPT] = {NULL};
+    pthread_mutex_lock(&k->lock);
+    for (int i = 0; i < OFFLINE_KEPT; i++)
+        if (k->b[i] && !same_shape(k->b[i], bp, frames) && (all || k->b[i]->gpu->L.direction == bp->direction))
+            gone[i] = k->b[i], k->b[i] = NULL;
+    pthread_mutex_unlock(&k->lock);
+    for (int i = 0; i < OFFLINE_KEPT; i++) mimi_batch_destroy(gone[i]);
+}
+
+// The device memory of the kept lanes (of this shape only, when bp is given).
+static size_t kept_bytes(struct offline_kept *k, const struct mimi_batch_params *bp, int frames) {
+    size_t bytes = 0;
+    pthread_mutex_lock(&k->lock);
+    for (int i = 0; i < OFFLINE_KEPT; i++)
+        if (k->b[i] && (!bp || same_shape(k->b[i], bp, frames))) bytes += lane_bytes(&k->b[i]->gpu->L);
+    pthread_mutex_unlock(&k->lock);
+    return bytes;
+}
+
+// A kept lane of this shape, taken out of the model (NULL: none).
+static struct mimi_batch *kept_take(struct offline_kept *k, const struct mimi_batch_params *bp, int frames) {
+    struct mimi_batch *b = NULL;
+    pthread_mutex_lock(&k->lock);
+    for (int i = 0; !b && i < OFFLINE_KEPT; i++)
+        if (k->b[i] && same_shape(k->b[i], bp, frames)) b = k->b[i], k->b[i] = NULL;
+    pthread_mutex_unlock(&k->lock);
+    return b;
+}
+
+// Keeps a lane whose pass ended well for a later call, or destroys it (taps, a failure, no room).
+static void kept_give(struct offline_kept *k, struct mimi_batch *b) {
+    if (!b) return;
+    if (!b->tap && !b->gpu->poisoned && !b->gpu->pending) {
+        pthread_mutex_lock(&k->lock);
+        for (int i = 0; b && i < OFFLINE_KEPT; i++)
+            if (!k->b[i]) k->b[i] = b, b = NULL;
+        pthread_mutex_unlock(&k->lock);
+    }
+    mimi_batch_destroy(b);
+}
+
+extern "C" int mimi_cuda_offline_trim(const struct mimi_model *m) {
+    struct offline_kept *k = m->cuda->kept;
+    struct mimi_batch *gone[OFFLINE_KEPT];
+    int n = 0;
+    pthread_mutex_lock(&k->lock);
+    for (int i = 0; i < OFFLINE_KEPT; i++) gone[i] = k->b[i], k->b[i] = NULL;
+    pthread_mutex_unlock(&k->lock);
+    for (int i = 0; i < OFFLINE_KEPT; i++) n += gone[i] != NULL, mimi_batch_destroy(gone[i]);
+    return n;
+}
+
+extern "C" void mimi_cuda_kept_free(struct offline_kept *k) {
+    if (!k) return;
+    for (int i = 0; i < OFFLINE_KEPT; i++) mimi_batch_destroy(k->b[i]);
+    pthread_mutex_destroy(&k->lock);
+    free(k);
+}
+
+// ---- the shape of a pass ----
 
 // Frames per step and slots per lane for n signals: of the power-of-two frames per step (at most
 // the longest signal's, rounded up), the one with the least estimated time, with as many slots
@@ -81,16 +181,21 @@ static void offline_shape(const struct mimi_model *m, const struct mimi_batch_pa
         if (best < 0 || t < best) best = t, *frames = f, *slots = S;
         if (f < F || F >= longest) break;  // larger steps are not possible, or only pad more
     }
-    size_t free_bytes = 0, total = 0;
-    if (cudaSetDevice(m->cuda->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
-        cudaGetLastError();
-        free_bytes = 0;
-    }
+    // the lanes kept from earlier calls count as free: they are freed when not of this shape
+    struct offline_kept *k = m->cuda->kept;
+    const size_t free_bytes = free_memory(m) + kept_bytes(k, NULL, 0);
     while ((*slots > 1 || *frames > 1) && !lanes_fit(m, bp, lanes, *slots, *frames, free_bytes)) {
         if (*slots > 1) *slots /= 2;
         else *frames /= 2;
     }
+    struct mimi_batch_params shape = *bp;
+    shape.capacity = *slots;
+    kept_evict(k, &shape, *frames, 0);
+    if (!lanes_fit(m, &shape, lanes, *slots, *frames, free_memory(m) + kept_bytes(k, &shape, *frames)))
+        kept_evict(k, &shape, *frames, 1);
 }
+
+// ---- one pass ----
 
 // The lanes of one pass. Lane 0 is made before the first step; the others when their first step
 // is staged, so that making them (host work, 2-5 ms each) overlaps the steps already queued.
@@ -101,8 +206,16 @@ struct lanes {
     int frames;
 };
 
+// A kept lane of the pass's shape, its slots reset, or a new one.
 static int lane_make(struct lanes *c, int l) {
     int rc = MIMI_OK;
+    struct mimi_batch *b = c->bp.tap ? NULL : kept_take(c->m->cuda->kept, &c->bp, c->frames);
+    if (b) {
+        c->lane[l] = b;
+        b->errmsg[0] = 0;
+        for (int s = 0; rc == MIMI_OK && s < c->bp.capacity; s++) rc = mimi_cuda_slot_reset(b, s);
+        return rc;
+    }
     c->lane[l] = mimi_cuda_offline_create(c->m, &c->bp, c->frames, &rc);
     for (int s = 0; rc == MIMI_OK && s < c->bp.capacity; s++)
         if (mimi_batch_open(c->lane[l]) != s) rc = MIMI_ESTATE;
@@ -134,13 +247,17 @@ static int lane_collect(void *ctx, int lane, const void **out) {
     return rc;
 }
 
+static void lane_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    mimi_host_copy(((struct lanes *)ctx)->m, dst, src, bytes);
+}
+
 static int lane_reset(void *ctx, int lane, int slot) {
     return mimi_cuda_slot_reset(((struct lanes *)ctx)->lane[lane], slot);
 }
 
 static void lane_retire(void *ctx, int lane) {
     struct lanes *c = (struct lanes *)ctx;
-    mimi_batch_destroy(c->lane[lane]);
+    kept_give(c->m->cuda->kept, c->lane[lane]);
     c->lane[lane] = NULL;
 }
 
@@ -161,7 +278,7 @@ extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int 
     d.frame_size = m->frame_size;
     d.per_frame = want_codes ? n_codebooks : m->frame_dim;
     d.input = lane_input, d.submit = lane_submit, d.collect = lane_collect, d.reset = lane_reset;
-    d.retire = lane_retire;
+    d.retire = lane_retire, d.copy = lane_copy;
     d.check = check, d.check_ctx = check_ctx;
     bp.capacity = d.slots;
     struct lanes c = {{NULL}, m, bp, d.frames};
@@ -171,7 +288,8 @@ extern "C" int mimi_cuda_offline(const struct mimi_model *m, int direction, int 
     for (int l = 0; l < d.n_lanes; l++) {
         struct mimi_batch *b = c.lane[l];
         if (rc && b && b->errmsg[0]) mimi_log(m, MIMI_LOG_ERROR, "cuda: whole-signal pass: %s", b->errmsg);
-        mimi_batch_destroy(b);
+        if (rc) mimi_batch_destroy(b);
+        else kept_give(m->cuda->kept, b);
     }
     return rc;
 }

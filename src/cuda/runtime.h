@@ -14,6 +14,11 @@ struct mimi_cuda_model {
     size_t n_floats;
     struct gpu_weights w;  // pointers into `weights`
     struct gemm_tuning *tuning;  // the whole-signal products' algorithms, by shape (gemm_tune.cu)
+    struct offline_kept *kept;   // whole-signal lanes kept between calls (cuda_offline.cu)
 };
+
+// The model's kept whole-signal lanes (cuda_offline.cu): new, empty; freed with the lanes.
+struct offline_kept *mimi_cuda_kept_new(void);
+void mimi_cuda_kept_free(struct offline_kept *k);
 
 #endif
