@@ -6,10 +6,14 @@
  * subsets vs lone GPU streams; reset; submit/collect vs synchronous steps; decode from codes in
  * device memory (offset and stride, a bad code that must not advance its slot); the per-op
  * profile; the fast modes' (TF32, TF32 with bf16 KV rings) fidelity, measured and printed; many
- * signals in one whole-signal call vs one at a time.
+ * signals in one whole-signal call vs one at a time; the lanes a model keeps between
+ * whole-signal calls (same results, mimi_model_trim, a batch made by freeing them) and
+ * whole-signal calls from several threads on one model.
  *
  * usage: test_gpu
  */
+#include <pthread.h>
+
 #include "mimi.h"
 #include "safetensors.h"
 #include "test.h"
@@ -589,6 +593,74 @@ done:
     free(first), free(codes), free(other);
 }
 
+// Whole-signal calls on one model from several threads at once, sharing its kept lanes: each
+// thread encodes one of two signals and decodes codes of two lengths, in turns, and every result
+// equals the same call made alone. (Results are compared on the main thread.)
+#define OFFLINE_THREADS 4
+#define OFFLINE_ROUNDS 4
+struct offline_worker {
+    pthread_t thread;
+    int index;
+    const float *pcm[2];       // the two signals, n samples each
+    const int32_t *want[2];    // their codes alone
+    const float *want_pcm[2];  // the decode alone of want[0], whole and its first half
+    int64_t n, frames;
+    int wrong_codes, wrong_pcm, failed;
+};
+
+static void *offline_worker_run(void *arg) {
+    struct offline_worker *w = arg;
+    const int64_t max = w->frames * N_Q, half = w->frames / 2;
+    int32_t *codes = malloc(sizeof(int32_t) * max);
+    float *pcm = malloc(sizeof(float) * w->n);
+    if (!codes || !pcm) w->failed++;
+    for (int r = 0; codes && pcm && r < OFFLINE_ROUNDS; r++) {
+        const int k = (w->index + r) % 2;
+        if (mimi_encode_offline(gpu, NULL, w->pcm[k], w->n, codes, max) != w->frames) w->failed++;
+        else if (memcmp(codes, w->want[k], sizeof(int32_t) * max) != 0) w->wrong_codes++;
+        // codes of `frames` (k 0) or of half as many frames (k 1), codebook-major
+        const int64_t nf = k ? half : w->frames;
+        for (int q = 0; q < N_Q; q++) memcpy(codes + q * nf, w->want[0] + q * w->frames, sizeof(int32_t) * nf);
+        if (mimi_decode_offline(gpu, NULL, codes, nf, pcm, nf * FRAME) != nf * FRAME) w->failed++;
+        else if (memcmp(pcm, w->want_pcm[k], sizeof(float) * nf * FRAME) != 0) w->wrong_pcm++;
+    }
+    free(codes), free(pcm);
+    return NULL;
+}
+
+static void test_offline_threads(void) {
+    const int64_t n = clip_frames * FRAME, max = clip_frames * N_Q, half = clip_frames / 2;
+    float *other = malloc(sizeof(float) * n), *pcm0 = malloc(sizeof(float) * n), *pcm1 = malloc(sizeof(float) * n);
+    int32_t *codes0 = malloc(sizeof(int32_t) * max), *codes1 = malloc(sizeof(int32_t) * max);
+    int32_t *halfc = malloc(sizeof(int32_t) * max);
+    CHECK(other && pcm0 && pcm1 && codes0 && codes1 && halfc);
+    if (!other || !pcm0 || !pcm1 || !codes0 || !codes1 || !halfc) goto done;
+    for (int64_t i = 0; i < n; i++) other[i] = 0.25f * clip[(i * 7) % n];
+    CHECK_EQ(mimi_encode_offline(gpu, NULL, clip, n, codes0, max), clip_frames);
+    CHECK_EQ(mimi_encode_offline(gpu, NULL, other, n, codes1, max), clip_frames);
+    for (int q = 0; q < N_Q; q++) memcpy(halfc + q * half, codes0 + q * clip_frames, sizeof(int32_t) * half);
+    CHECK_EQ(mimi_decode_offline(gpu, NULL, codes0, clip_frames, pcm0, n), n);
+    CHECK_EQ(mimi_decode_offline(gpu, NULL, halfc, half, pcm1, half * FRAME), half * FRAME);
+    struct offline_worker w[OFFLINE_THREADS];
+    for (int t = 0; t < OFFLINE_THREADS; t++) {
+        w[t] = (struct offline_worker){.index = t, .pcm = {clip, other}, .want = {codes0, codes1},
+                                       .want_pcm = {pcm0, pcm1}, .n = n, .frames = clip_frames};
+        CHECK(pthread_create(&w[t].thread, NULL, offline_worker_run, &w[t]) == 0);
+    }
+    int wrong_codes = 0, wrong_pcm = 0, failed = 0;
+    for (int t = 0; t < OFFLINE_THREADS; t++) {
+        pthread_join(w[t].thread, NULL);
+        wrong_codes += w[t].wrong_codes, wrong_pcm += w[t].wrong_pcm, failed += w[t].failed;
+    }
+    printf("  %d threads x %d rounds of whole-signal encode + decode on one model: %d failed, %d codes and %d pcm "
+           "different from a lone call\n", OFFLINE_THREADS, OFFLINE_ROUNDS, failed, wrong_codes, wrong_pcm);
+    CHECK_EQ(failed, 0);
+    CHECK_EQ(wrong_codes, 0);
+    CHECK_EQ(wrong_pcm, 0);
+done:
+    free(other), free(pcm0), free(pcm1), free(codes0), free(codes1), free(halfc);
+}
+
 // Many signals in one whole-signal call, more than the two lanes have slots (so slots are reset
 // and reused), of lengths from one sample to the whole clip: each as a one-signal call gives it.
 #define MANY 37
@@ -902,6 +974,7 @@ int main(int argc, char **argv) {
     test_offline_many();
     test_offline_long();
     test_offline_kept();
+    test_offline_threads();
     test_bad_pcm();
     test_async();
     test_profile();
