@@ -7,6 +7,7 @@
  * A device failure poisons the batch (every later call gives MIMI_ESTATE); other batches and
  * the model stay usable where the device allows.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,13 @@ static int build_plans(struct mimi_batch *b, int all) {
     return MIMI_OK;
 }
 
+static void batch_free(struct mimi_batch *b);
+
+// Batches are made and freed one at a time in the process: capturing a plan while another
+// thread made or freed a batch failed inside cuBLAS ("an internal operation failed", then the
+// capture invalidated), four threads' whole-signal calls on one H200. Steps run unlocked.
+static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
+
 // A batch whose step advances each listed slot by `frames` frames; with `all_buckets` 0 it has
 // one plan, of capacity rows, that every step pads to.
 static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_batch_params *params, int frames,
@@ -164,8 +172,11 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
         rc = gpu_layout_init(&b->gpu->L, m, b->direction, b->capacity, b->n_codebooks, b->attention, frames);
     }
     if (!rc) b->gpu->tap_frames = frames;
+    pthread_mutex_lock(&setup_lock);
     if (!rc) rc = setup_device(b, m->precision);
     if (!rc) rc = build_plans(b, all_buckets);
+    if (rc && b) batch_free(b);
+    pthread_mutex_unlock(&setup_lock);
     if (!rc && b->tap) {
         const struct gpu_layout *L = &b->gpu->L;
         int ch = L->d > L->frame_dim ? L->d : L->frame_dim;
@@ -174,7 +185,7 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
     }
     if (rc) {
         if (b) mimi_log(m, MIMI_LOG_ERROR, "cuda: batch of %d slots: %s", b->capacity, b->errmsg);
-        if (b) mimi_cuda_batch_free(b);
+        if (b) mimi_cuda_batch_free(b);  // freed already when the setup failed
         if (b) free(b->block);
         free(b);
         if (err) *err = rc;
@@ -199,6 +210,13 @@ extern "C" struct mimi_batch *mimi_cuda_offline_create(const struct mimi_model *
 }
 
 extern "C" void mimi_cuda_batch_free(struct mimi_batch *b) {
+    if (!b || !b->gpu) return;
+    pthread_mutex_lock(&setup_lock);
+    batch_free(b);
+    pthread_mutex_unlock(&setup_lock);
+}
+
+static void batch_free(struct mimi_batch *b) {
     if (!b || !b->gpu) return;
     struct mimi_cuda_batch *gb = b->gpu;
     cudaSetDevice(gb->device);
