@@ -200,7 +200,12 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
 extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
                                                      const struct mimi_batch_params *params, int *err) {
     struct mimi_batch *b = create(m, params, 1, 1, err);
-    if (!b && mimi_cuda_offline_trim(m)) b = create(m, params, 1, 1, err);
+    const int freed = b ? 0 : mimi_cuda_offline_trim(m);
+    if (freed) {
+        b = create(m, params, 1, 1, err);
+        if (b) mimi_log(m, MIMI_LOG_INFO, "cuda: batch of %d slots made after freeing %d kept whole-signal batches",
+                        params->capacity, freed);
+    }
     return b;
 }
 
