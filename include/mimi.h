@@ -242,9 +242,9 @@ MIMI_API void mimi_model_destroy(struct mimi_model *model);
 /* Frees the device memory a model keeps between calls: a CUDA model keeps the batches of its
  * last whole-signal calls (mimi_encode_offline and the like; at most four, up to about 3.5 GB
  * each for the largest steps) so that the next call of the same shape need not make them again;
- * mimi_batch_create frees them by itself when a batch of this model does not fit otherwise
- * (another model's batches do not). Calls in progress on other threads keep theirs. Nothing to
- * do for a CPU model. NULL is allowed. */
+ * mimi_batch_create frees those of every model on its device by itself when a batch does not
+ * fit otherwise. Calls in progress on other threads keep theirs. Nothing to do for a CPU model.
+ * NULL is allowed. */
 MIMI_API void mimi_model_trim(struct mimi_model *model);
 
 /* Geometry queries. Never hard-code these numbers; read them from the model. */

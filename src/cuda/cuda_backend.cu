@@ -86,7 +86,7 @@ extern "C" int mimi_cuda_model_init(struct mimi_model *m) {
     if (!cm) return MIMI_ENOMEM;
     cm->device = m->device;
     cm->tuning = mimi_cuda_tuning_new();
-    cm->kept = mimi_cuda_kept_new();
+    cm->kept = mimi_cuda_kept_new(cm->device);
     int rc = cm->tuning && cm->kept ? upload_weights(m, cm) : MIMI_ENOMEM;
     if (rc) {
         if (cm->weights) cudaFree(cm->weights);

@@ -195,12 +195,12 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
     return b;
 }
 
-// A streaming batch comes before the whole-signal lanes a model keeps between calls: when it
-// cannot be made, they are freed and it is tried once more.
+// A streaming batch comes before the whole-signal lanes models keep between calls: when it
+// cannot be made, those of every model on its device are freed and it is tried once more.
 extern "C" struct mimi_batch *mimi_cuda_batch_create(const struct mimi_model *m,
                                                      const struct mimi_batch_params *params, int *err) {
     struct mimi_batch *b = create(m, params, 1, 1, err);
-    const int freed = b ? 0 : mimi_cuda_offline_trim(m);
+    const int freed = b ? 0 : mimi_cuda_offline_trim_device(m->cuda->device);
     if (freed) {
         b = create(m, params, 1, 1, err);
         if (b) mimi_log(m, MIMI_LOG_INFO, "cuda: batch of %d slots made after freeing %d kept whole-signal batches",

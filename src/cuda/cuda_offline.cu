@@ -70,16 +70,29 @@ static int lanes_fit(const struct mimi_model *m, const struct mimi_batch_params 
 
 // A model keeps the lanes of its last whole-signal calls (healthy, without taps; at most
 // OFFLINE_KEPT) for a later call of the same shape: making a lane of 1024 frames takes 2-5 ms and
-// freeing it 2.5-4 ms, about as long as a 20 s signal's one step. mimi_model_trim frees them.
+// freeing it 2.5-4 ms, about as long as a 20 s signal's one step. mimi_model_trim frees them, and
+// so does a streaming batch of any model on the device that does not fit otherwise: every
+// model's kept lanes are listed in `kept_models` (locked before any model's `lock`, and before
+// the batches' setup lock that destroying a lane takes).
 #define OFFLINE_KEPT (2 * OFFLINE_LANES)
 struct offline_kept {
     pthread_mutex_t lock;
     struct mimi_batch *b[OFFLINE_KEPT];
+    int device;
+    struct offline_kept *next;  // in kept_models
 };
 
-extern "C" struct offline_kept *mimi_cuda_kept_new(void) {
+static pthread_mutex_t kept_models_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct offline_kept *kept_models;
+
+extern "C" struct offline_kept *mimi_cuda_kept_new(int device) {
     struct offline_kept *k = (struct offline_kept *)calloc(1, sizeof *k);
     if (k && pthread_mutex_init(&k->lock, NULL)) free(k), k = NULL;
+    if (!k) return NULL;
+    k->device = device;
+    pthread_mutex_lock(&kept_models_lock);
+    k->next = kept_models, kept_models = k;
+    pthread_mutex_unlock(&kept_models_lock);
     return k;
 }
 
@@ -136,8 +149,8 @@ static void kept_give(struct offline_kept *k, struct mimi_batch *b) {
     mimi_batch_destroy(b);
 }
 
-extern "C" int mimi_cuda_offline_trim(const struct mimi_model *m) {
-    struct offline_kept *k = m->cuda->kept;
+// Destroys every lane k keeps; returns how many.
+static int kept_clear(struct offline_kept *k) {
     struct mimi_batch *gone[OFFLINE_KEPT];
     int n = 0;
     pthread_mutex_lock(&k->lock);
@@ -147,9 +160,25 @@ extern "C" int mimi_cuda_offline_trim(const struct mimi_model *m) {
     return n;
 }
 
+extern "C" int mimi_cuda_offline_trim(const struct mimi_model *m) { return kept_clear(m->cuda->kept); }
+
+extern "C" int mimi_cuda_offline_trim_device(int device) {
+    int n = 0;
+    pthread_mutex_lock(&kept_models_lock);
+    for (struct offline_kept *k = kept_models; k; k = k->next)
+        if (k->device == device) n += kept_clear(k);
+    pthread_mutex_unlock(&kept_models_lock);
+    return n;
+}
+
 extern "C" void mimi_cuda_kept_free(struct offline_kept *k) {
     if (!k) return;
-    for (int i = 0; i < OFFLINE_KEPT; i++) mimi_batch_destroy(k->b[i]);
+    pthread_mutex_lock(&kept_models_lock);
+    struct offline_kept **p = &kept_models;
+    while (*p && *p != k) p = &(*p)->next;
+    if (*p) *p = k->next;
+    pthread_mutex_unlock(&kept_models_lock);
+    kept_clear(k);
     pthread_mutex_destroy(&k->lock);
     free(k);
 }

@@ -17,8 +17,11 @@ struct mimi_cuda_model {
     struct offline_kept *kept;   // whole-signal lanes kept between calls (cuda_offline.cu)
 };
 
-// The model's kept whole-signal lanes (cuda_offline.cu): new, empty; freed with the lanes.
-struct offline_kept *mimi_cuda_kept_new(void);
+// The model's kept whole-signal lanes (cuda_offline.cu): new, empty, listed with the other
+// models' of the process; freed with the lanes.
+struct offline_kept *mimi_cuda_kept_new(int device);
 void mimi_cuda_kept_free(struct offline_kept *k);
+// Frees the kept lanes of every model on `device`; returns how many.
+int mimi_cuda_offline_trim_device(int device);
 
 #endif
