@@ -579,10 +579,9 @@ static void test_offline_kept(void) {
     CHECK_EQ(mimi_encode_offline(gpu, &sp, clip, n, codes, max), clip_frames);
     CHECK(memcmp(first, codes, sizeof(int32_t) * max) == 0);
 #ifdef MIMI_TEST_CUDA_RUNTIME
-    size_t before = 0, after = 0, total = 0;
-    cudaMemGetInfo(&before, &total);
+    const size_t before = free_now();
     mimi_model_trim(gpu);
-    cudaMemGetInfo(&after, &total);
+    const size_t after = free_now();
     printf("  whole-signal lanes kept between calls: trim gave back %.0f MB\n", ((double)after - before) / 1e6);
     CHECK(after > before);
 #else
@@ -614,6 +613,11 @@ struct offline_worker {
     int wrong_codes, wrong_pcm, failed;
 };
 
+// dst: the first nf frames of src's `frames` frames of codes (both codebook-major).
+static void first_frames(int32_t *dst, const int32_t *src, int64_t frames, int64_t nf) {
+    for (int q = 0; q < N_Q; q++) memcpy(dst + q * nf, src + q * frames, sizeof(int32_t) * nf);
+}
+
 static void *offline_worker_run(void *arg) {
     struct offline_worker *w = arg;
     const int64_t max = w->frames * N_Q, half = w->frames / 2;
@@ -626,7 +630,7 @@ static void *offline_worker_run(void *arg) {
         else if (memcmp(codes, w->want[k], sizeof(int32_t) * max) != 0) w->wrong_codes++;
         // codes of `frames` (k 0) or of half as many frames (k 1), codebook-major
         const int64_t nf = k ? half : w->frames;
-        for (int q = 0; q < N_Q; q++) memcpy(codes + q * nf, w->want[0] + q * w->frames, sizeof(int32_t) * nf);
+        first_frames(codes, w->want[0], w->frames, nf);
         if (mimi_decode_offline(gpu, NULL, codes, nf, pcm, nf * FRAME) != nf * FRAME) w->failed++;
         else if (memcmp(pcm, w->want_pcm[k], sizeof(float) * nf * FRAME) != 0) w->wrong_pcm++;
     }
@@ -644,7 +648,7 @@ static void test_offline_threads(void) {
     for (int64_t i = 0; i < n; i++) other[i] = 0.25f * clip[(i * 7) % n];
     CHECK_EQ(mimi_encode_offline(gpu, NULL, clip, n, codes0, max), clip_frames);
     CHECK_EQ(mimi_encode_offline(gpu, NULL, other, n, codes1, max), clip_frames);
-    for (int q = 0; q < N_Q; q++) memcpy(halfc + q * half, codes0 + q * clip_frames, sizeof(int32_t) * half);
+    first_frames(halfc, codes0, clip_frames, half);
     CHECK_EQ(mimi_decode_offline(gpu, NULL, codes0, clip_frames, pcm0, n), n);
     CHECK_EQ(mimi_decode_offline(gpu, NULL, halfc, half, pcm1, half * FRAME), half * FRAME);
     struct offline_worker w[OFFLINE_THREADS];

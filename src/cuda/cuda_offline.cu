@@ -57,13 +57,18 @@ static size_t free_memory(const struct mimi_model *m) {
     return free_bytes;
 }
 
+// The device memory of a lane: its slots' state and its scratch.
+static size_t lane_bytes(const struct gpu_layout *L) {
+    return sizeof(float) * (L->scratch_elems + L->slot_elems * (size_t)L->capacity);
+}
+
 // Whether `lanes` lanes of `slots` slots stepping `frames` frames fit in half the device's free
-// memory (state and scratch).
+// memory.
 static int lanes_fit(const struct mimi_model *m, const struct mimi_batch_params *bp, int lanes, int slots, int frames,
                      size_t free_bytes) {
     struct gpu_layout L;
     if (gpu_layout_init(&L, m, bp->direction, slots, bp->n_codebooks, bp->attention, frames)) return 1;
-    return sizeof(float) * (L.scratch_elems + L.slot_elems * slots) * lanes <= free_bytes / 2;
+    return lane_bytes(&L) * lanes <= free_bytes / 2;
 }
 
 // ---- lanes kept between calls ----
@@ -102,19 +107,20 @@ static int same_shape(const struct mimi_batch *b, const struct mimi_batch_params
            L->n_codebooks == bp->n_codebooks;
 }
 
-static size_t lane_bytes(const struct gpu_layout *L) {
-    return sizeof(float) * (L->scratch_elems + L->slot_elems * (size_t)L->capacity);
-}
-
-// Destroys the kept lanes that are not of this shape: of this direction, or of any when `all`.
-static void kept_evict(struct offline_kept *k, const struct mimi_batch_params *bp, int frames, int all) {
+// Destroys the kept lanes that are not of this shape: of this direction, or of any when `all`;
+// every kept lane when bp is NULL. Returns how many.
+static int kept_evict(struct offline_kept *k, const struct mimi_batch_params *bp, int frames, int all) {
     struct mimi_batch *gone[OFFLINE_KEPT] = {NULL};
+    int n = 0;
     pthread_mutex_lock(&k->lock);
-    for (int i = 0; i < OFFLINE_KEPT; i++)
-        if (k->b[i] && !same_shape(k->b[i], bp, frames) && (all || k->b[i]->gpu->L.direction == bp->direction))
-            gone[i] = k->b[i], k->b[i] = NULL;
+    for (int i = 0; i < OFFLINE_KEPT; i++) {
+        const struct mimi_batch *b = k->b[i];
+        if (b && (!bp || (!same_shape(b, bp, frames) && (all || b->gpu->L.direction == bp->direction))))
+            gone[i] = k->b[i], k->b[i] = NULL, n++;
+    }
     pthread_mutex_unlock(&k->lock);
     for (int i = 0; i < OFFLINE_KEPT; i++) mimi_batch_destroy(gone[i]);
+    return n;
 }
 
 // The device memory of the kept lanes (of this shape only, when bp is given).
@@ -149,24 +155,13 @@ static void kept_give(struct offline_kept *k, struct mimi_batch *b) {
     mimi_batch_destroy(b);
 }
 
-// Destroys every lane k keeps; returns how many.
-static int kept_clear(struct offline_kept *k) {
-    struct mimi_batch *gone[OFFLINE_KEPT];
-    int n = 0;
-    pthread_mutex_lock(&k->lock);
-    for (int i = 0; i < OFFLINE_KEPT; i++) gone[i] = k->b[i], k->b[i] = NULL;
-    pthread_mutex_unlock(&k->lock);
-    for (int i = 0; i < OFFLINE_KEPT; i++) n += gone[i] != NULL, mimi_batch_destroy(gone[i]);
-    return n;
-}
-
-extern "C" int mimi_cuda_offline_trim(const struct mimi_model *m) { return kept_clear(m->cuda->kept); }
+extern "C" int mimi_cuda_offline_trim(const struct mimi_model *m) { return kept_evict(m->cuda->kept, NULL, 0, 1); }
 
 extern "C" int mimi_cuda_offline_trim_device(int device) {
     int n = 0;
     pthread_mutex_lock(&kept_models_lock);
     for (struct offline_kept *k = kept_models; k; k = k->next)
-        if (k->device == device) n += kept_clear(k);
+        if (k->device == device) n += kept_evict(k, NULL, 0, 1);
     pthread_mutex_unlock(&kept_models_lock);
     return n;
 }
@@ -178,7 +173,7 @@ extern "C" void mimi_cuda_kept_free(struct offline_kept *k) {
     while (*p && *p != k) p = &(*p)->next;
     if (*p) *p = k->next;
     pthread_mutex_unlock(&kept_models_lock);
-    kept_clear(k);
+    kept_evict(k, NULL, 0, 1);
     pthread_mutex_destroy(&k->lock);
     free(k);
 }
