@@ -21,14 +21,18 @@
  * Then out = x + scale2 * y (transposed to (d, S)). Every block computes the LayerNorms itself
  * (a few KB from L2) instead of waiting for one more barrier; block 0 stores the residual
  * stream, which alternates between two buffers as in plan.c's folded linears. The numerics are
- * those of the unfused ops (f32 products, LayerNorm statistics in double, every f32 step of the
- * residual and the norm rounded separately), except that the out-projection is summed by heads.
+ * those of the unfused ops (f32 products, LayerNorm statistics in double as norm.cu computes
+ * them, every f32 step of the residual and the norm rounded separately), except that the
+ * out-projection is summed by heads.
  *
- * On an H200 (132 blocks) a stage takes 2-5 us and a barrier about 1 us: one stream's
- * transformer went from 388 us of separately launched ops (eager) to about 200 us, 2 and 4
- * streams' from 472 and 622 us to 332 and 427 us. Tried and dropped, each slower: the next
- * layer's weights or the rings requested into L2 ahead (the requests delay the waits), a flag
- * per block instead of one counter, and items of 16 ring entries merged by every block.
+ * On an H200 (132 blocks) a stage takes 2-6 us and a barrier 1-2 us: one stream's transformer
+ * went from 388 us of separately launched ops (eager) to about 200 us, 2 and 4 streams' from
+ * 472 and 622 us to 332 and 427 us. Timestamps per stage (bench/results/gpu-h200-2026-12-01.md)
+ * put a layer at about 25 us, 7 of them in its two LayerNorms, whose statistics were block-wide
+ * reductions (four block barriers, each thread summing the 16 warps' partials); a warp per row
+ * took the transformer to about 190 us. Tried and dropped, each slower: the next layer's weights
+ * or the rings requested into L2 ahead (the requests delay the waits), a flag per block instead
+ * of one counter, and items of 16 ring entries merged by every block.
  */
 #include <stdint.h>
 
@@ -38,6 +42,8 @@
 #define TR_THREADS 512
 #define TR_WARPS (TR_THREADS / 32)
 #define TR_MAX_PARTS GPU_TR_MAX_HEADS
+static_assert(GPU_TR_MAX_ROWS <= TR_WARPS, "tr_layernorm: a warp per row");
+static_assert(GPU_TR_MAX_D <= TR_THREADS, "tr_layernorm, tr_chan_load: a thread per channel");
 
 // How a linear (J outputs, K inputs, weights (J, K) row-major) is spread: each block takes
 // `rows` consecutive outputs (even, so that a rotated pair stays in one block), `split` warps
@@ -123,100 +129,102 @@ static __device__ void tr_linear(const struct tr_lin &L, const float *W, const f
 
 // ---- LayerNorm ----
 
-// hs (S, d) = LayerNorm(x_new) * w + b, x_new[s, i] = x[s * xs + i * xi] (+ scale[i] * y[s, i]
-// when y is set, y the sum of `parts` (S, d) parts part_stride apart, in order), statistics in
-// double as norm.cu; block 0 stores x_new to x_out (S, d).
+// A LayerNorm's vectors at this thread's channel (threadIdx.x; d <= TR_THREADS, so a thread has
+// at most one): weight, bias and the layer scale of the residual add before it, loaded with the
+// stage's weights between a barrier's arrival and its wait instead of after the statistics.
+struct tr_chan {
+    float w, b, scale;
+};
+
+static __device__ __forceinline__ struct tr_chan tr_chan_load(const float *w, const float *b, const float *scale, int d) {
+    struct tr_chan c = {0.0f, 0.0f, 0.0f};
+    const int i = threadIdx.x;
+    if (i < d) {
+        c.w = w[i];
+        c.b = b[i];
+        if (scale) c.scale = scale[i];
+    }
+    return c;
+}
+
+// hs (S, d) = LayerNorm(x_new) * ch.w + ch.b, x_new[s, i] = x[s * xs + i * xi] (+ ch.scale *
+// y[s, i] when y is set, y the sum of `parts` (S, d) parts part_stride apart, in order); block 0
+// stores x_new to x_out (S, d). Thread i < d gathers channel i of every row into hs; then warp s
+// takes row s's statistics as norm.cu's kernel does (lane l sums values l, l + 32, ... in
+// double, then the warp's butterfly), so that both give the same bits, with one block barrier
+// between the gather and the statistics and one after them.
 template <int MAXS>
 static __device__ void tr_layernorm(const float *x, int xs, int xi, const float *y, int parts, size_t part_stride,
-                                    const float *scale, const float *w, const float *b, float eps, int S, int d,
-                                    float *hs, float *x_out) {
-    __shared__ double red[2][TR_WARPS][MAXS];
+                                    const struct tr_chan &ch, float eps, int S, int d, float *hs, float *x_out) {
     __shared__ float mean[MAXS], inv[MAXS];
     const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-    // every row at once, so that the rows' loads and reductions overlap
-    double acc[MAXS];
-#pragma unroll
-    for (int s = 0; s < MAXS; s++) acc[s] = 0.0;
-    for (int i = t; i < d; i += blockDim.x) {
+    if (t < d) {
 #pragma unroll
         for (int s = 0; s < MAXS; s++) {
             if (s >= S) break;
-            float v = x[(size_t)s * xs + (size_t)i * xi];
+            float v = x[(size_t)s * xs + (size_t)t * xi];
             if (y) {  // every part's load issued before the first add
                 float yp[TR_MAX_PARTS];
 #pragma unroll
                 for (int p = 0; p < TR_MAX_PARTS; p++)
-                    if (p < parts) yp[p] = y[p * part_stride + (size_t)s * d + i];
+                    if (p < parts) yp[p] = y[p * part_stride + (size_t)s * d + t];
                 float ys = yp[0];
 #pragma unroll
                 for (int p = 1; p < TR_MAX_PARTS; p++)
                     if (p < parts) ys = __fadd_rn(ys, yp[p]);
-                v = __fadd_rn(v, __fmul_rn(scale[i], ys));
+                v = __fadd_rn(v, __fmul_rn(ch.scale, ys));
             }
-            hs[(size_t)s * d + i] = v;
-            acc[s] += v;
+            hs[(size_t)s * d + t] = v;
+            if (blockIdx.x == 0 && x_out) x_out[(size_t)s * d + t] = v;
         }
     }
-#pragma unroll
-    for (int s = 0; s < MAXS; s++)
-        if (s < S) acc[s] = warp_sum_d(acc[s]);
-    if (lane == 0)
-        for (int s = 0; s < S; s++) red[0][warp][s] = acc[s];
     __syncthreads();
-    double m[MAXS];
-#pragma unroll
-    for (int s = 0; s < MAXS; s++) {
-        m[s] = 0.0, acc[s] = 0.0;
-        if (s >= S) continue;
-        for (int k = 0; k < TR_WARPS; k++) m[s] += red[0][k][s];
-        m[s] /= d;
-    }
-    for (int i = t; i < d; i += blockDim.x) {
-#pragma unroll
-        for (int s = 0; s < MAXS; s++) {
-            if (s >= S) break;
-            const double e = (double)hs[(size_t)s * d + i] - m[s];
-            acc[s] += e * e;
-        }
-    }
-#pragma unroll
-    for (int s = 0; s < MAXS; s++)
-        if (s < S) acc[s] = warp_sum_d(acc[s]);
-    if (lane == 0)
-        for (int s = 0; s < S; s++) red[1][warp][s] = acc[s];
-    if (t < S) mean[t] = (float)m[t];
-    __syncthreads();
-    if (t < S) {
+    if (warp < S) {  // S <= GPU_TR_MAX_ROWS <= TR_WARPS
+        const float *row = hs + (size_t)warp * d;
+        double sum = 0.0;
+        for (int i = lane; i < d; i += 32) sum += row[i];
+        const double m = warp_sum_d(sum) / d;
         double q = 0.0;
-        for (int k = 0; k < TR_WARPS; k++) q += red[1][k][t];
-        inv[t] = (float)(1.0 / sqrt(q / d + (double)eps));
+        for (int i = lane; i < d; i += 32) q += ((double)row[i] - m) * ((double)row[i] - m);
+        const double var = warp_sum_d(q) / d;
+        if (lane == 0) {
+            mean[warp] = (float)m;
+            inv[warp] = (float)(1.0 / sqrt(var + (double)eps));
+        }
     }
     __syncthreads();
-    for (int i = t; i < d; i += blockDim.x)
+    if (t < d)
         for (int s = 0; s < S; s++) {
-            float *h = hs + (size_t)s * d + i;
-            const float v = *h;
-            if (blockIdx.x == 0 && x_out) x_out[(size_t)s * d + i] = v;
-            *h = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v, mean[s]), inv[s]), w[i]), b[i]);
+            float *h = hs + (size_t)s * d + t;
+            *h = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(*h, mean[s]), inv[s]), ch.w), ch.b);
         }
     __syncthreads();
 }
 
 // ---- attention ----
 
+// What the step's rows need of the batch's state, read once per launch into shared memory
+// (they do not change during it): each row's slot (-1: padding) and first position, and the
+// rotary frequencies.
+struct tr_rows {
+    int slot[GPU_TR_MAX_ROWS];
+    int32_t pos0[GPU_TR_MAX_ROWS];
+    float freq[GPU_ATT_ONEPASS_HD / 2];
+};
+
 // Stage 1's end: the block's qkv outputs (pairs of rows), q and k rotated (rope_pair's
 // arithmetic), q into a.qkv, k and v into the rings of non-padding rows.
 template <typename T>
 static __device__ void tr_store_qkv(const struct op_attention &a, const struct op_tr_layer &w,
-                                    const struct tr_lin &L, const float *outv) {
+                                    const struct tr_lin &L, const struct tr_rows &rw, const float *outv) {
     const int d = a.d, S = a.R * a.steps, row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0));
     for (int e = threadIdx.x; e < n / 2 * S; e += blockDim.x) {
         const int i = e / S * 2, sr = e % S, j = row0 + i, seg = j / d, c = j % d;
-        const int r = sr / a.steps, st = sr % a.steps, slot = a.row_slot[r];
-        const int32_t pos = (slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride]) + st;
+        const int r = sr / a.steps, st = sr % a.steps, slot = rw.slot[r];
+        const int32_t pos = rw.pos0[r] + st;
         float v0 = outv[i * S + sr], v1 = outv[(i + 1) * S + sr];
         if (seg < 2) {
-            const float angle = __fmul_rn(a.freq[(c / 2) % (a.head_dim / 2)], (float)pos);
+            const float angle = __fmul_rn(rw.freq[(c / 2) % (a.head_dim / 2)], (float)pos);
             const float cs = cosf(angle), sn = sinf(angle), re = v0, im = v1;
             v0 = __fsub_rn(__fmul_rn(re, cs), __fmul_rn(im, sn));
             v1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, cs));
@@ -244,6 +252,8 @@ static __device__ void tr_store_qkv(const struct op_attention &a, const struct o
 // item's first rows before it waits at the barrier that starts stage 2.
 #define TR_WO (GPU_ATT_ONEPASS_HD + 4)
 #define TR_WO_ROWS 128  // rows of wo staged at a time (34 KB)
+#define TR_WO_LANES 4   // threads per out-projection row
+#define TR_WO_PER (GPU_ATT_ONEPASS_HD / 4 / TR_WO_LANES)  // float4 of the row per thread
 static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, int rows, float *wo) {
     const int per_row = GPU_ATT_ONEPASS_HD / 4;
     for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
@@ -263,7 +273,7 @@ static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, 
 // out-projection is the sum of the heads' parts, added in head order by the next stage.
 template <typename T>
 static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split, int item,
-                                 float *wo, float *ypart) {
+                                 const struct tr_rows &rw, float *wo, float *ypart) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
     __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
@@ -271,7 +281,7 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
     const int warp = threadIdx.x / 32, li = threadIdx.x % 16;
     const int rh = item / split, r = rh / a.n_heads, h = rh % a.n_heads, d = a.d, d4 = d / 4, steps = a.steps;
     const int rows = d / split, j0 = item % split * rows;
-    const int slot = a.row_slot[r];
+    const int slot = rw.slot[r];
     float4 q[GPU_TR_MAX_STEPS], acc[GPU_TR_MAX_STEPS];
     float m[GPU_TR_MAX_STEPS], l[GPU_TR_MAX_STEPS];
 #pragma unroll
@@ -284,7 +294,7 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
     }
     if (slot >= 0) {
         const size_t base = (size_t)slot * a.slot_stride;
-        const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
+        const int32_t pos0 = rw.pos0[r], *positions = a.positions + base;
         const unit *keys = (const unit *)(slot_ring<T>(w.keys, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
         const unit *values = (const unit *)(slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
         const int share = (a.ring + TR_WARPS - 1) / TR_WARPS;
@@ -310,17 +320,26 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
-        for (int j = j0 + c0 + threadIdx.x; j < j0 + c0 + n; j += blockDim.x) {
-            const float4 *wr = (const float4 *)(wo + (size_t)(j - j0 - c0) * TR_WO);
+        // TR_WO_LANES consecutive threads per row, each a contiguous quarter of the head's
+        // dimensions, their sums added by a butterfly (the same sum in every lane of the group;
+        // n is a multiple of 32, so every warp takes whole rows)
+        for (int e = threadIdx.x; e < n * TR_WO_LANES; e += blockDim.x) {
+            const int j = j0 + c0 + e / TR_WO_LANES, q4 = e % TR_WO_LANES * TR_WO_PER;
+            const float4 *wr = (const float4 *)(wo + (size_t)(j - j0 - c0) * TR_WO) + q4;
             float y[GPU_TR_MAX_STEPS] = {};
 #pragma unroll
-            for (int k = 0; k < GPU_ATT_ONEPASS_HD / 4; k++) {
+            for (int k = 0; k < TR_WO_PER; k++) {
                 const float4 wk = wr[k];
 #pragma unroll
                 for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
-                    if (s < steps) y[s] += dot4(wk, att[s][k]);
+                    if (s < steps) y[s] += dot4(wk, att[s][q4 + k]);
             }
-            for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
+#pragma unroll
+            for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
+#pragma unroll
+                for (int o = TR_WO_LANES / 2; o > 0; o /= 2) y[s] += __shfl_xor_sync(0xffffffffu, y[s], o);
+            if (e % TR_WO_LANES == 0)
+                for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
         }
     }
 }
@@ -348,15 +367,24 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
     float *outv = hs + (size_t)S * (d > f ? d : f);        // (units, S)
     float *red = outv + us;                                // (units, S)
     float *wo = red + us;                                  // (TR_WO_ROWS, TR_WO): stage 2's out_proj columns
+    __shared__ struct tr_rows rw;
     unsigned stage = 0;  // barriers passed
     float4 wv[4] = {};
     tr_load(A.qkv, A.layers[0].in_proj, wv);
+    struct tr_chan ch = tr_chan_load(A.layers[0].norm1_w, A.layers[0].norm1_b, NULL, d);
+    for (int r = threadIdx.x; r < a.R; r += blockDim.x) {
+        const int slot = a.row_slot[r];
+        rw.slot[r] = slot;
+        rw.pos0[r] = slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride];
+    }
+    for (int i = threadIdx.x; i < a.head_dim / 2; i += blockDim.x) rw.freq[i] = a.freq[i];
+    __syncthreads();
     // the step's positions (positions_kernel's work; first read after a barrier)
     if (blockIdx.x == 0)
         for (int e = threadIdx.x; e < S; e += blockDim.x) {
-            const int r = e / a.steps, s = e % a.steps, slot = a.row_slot[r];
+            const int r = e / a.steps, s = e % a.steps, slot = rw.slot[r];
             if (slot < 0) continue;
-            const int32_t pos = a.next_pos[(size_t)slot * a.slot_stride] + s;
+            const int32_t pos = rw.pos0[r] + s;
             a.positions[(size_t)slot * a.slot_stride + pos % a.ring] = pos;
         }
     int cur = 0;  // t.x[cur]: the residual stream
@@ -366,14 +394,13 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         const struct op_tr_layer &w = A.layers[l];
         // 1. LN1 (after x += scale2 * y of the layer before), qkv, rotation and ring store
         if (l == 0) {
-            tr_layernorm<MAXS>(t.in, 1, S, NULL, 0, 0, NULL, w.norm1_w, w.norm1_b, t.eps, S, d, hs, t.x[0]);
+            tr_layernorm<MAXS>(t.in, 1, S, NULL, 0, 0, ch, t.eps, S, d, hs, t.x[0]);
         } else {
-            tr_layernorm<MAXS>(t.x[cur], d, 1, t.y, 1, 0, A.layers[l - 1].scale2, w.norm1_w, w.norm1_b, t.eps, S, d, hs,
-                         t.x[cur ^ 1]);
+            tr_layernorm<MAXS>(t.x[cur], d, 1, t.y, 1, 0, ch, t.eps, S, d, hs, t.x[cur ^ 1]);
             cur ^= 1;
         }
         tr_linear<MAXS>(A.qkv, w.in_proj, hs, S, wv, red, outv);
-        tr_store_qkv<T>(a, w, A.qkv, outv);
+        tr_store_qkv<T>(a, w, A.qkv, rw, outv);
         grid_arrive(t.barrier);
         if (blockIdx.x < items)  // the first item's columns
             tr_stage_wo(w.out_proj, d, blockIdx.x / A.split_wo % a.n_heads, blockIdx.x % A.split_wo * wo_rows,
@@ -386,27 +413,28 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
                 tr_stage_wo(w.out_proj, d, item / A.split_wo % a.n_heads, item % A.split_wo * wo_rows,
                             min(wo_rows, TR_WO_ROWS), wo);
             }
-            tr_attend<T>(a, w, A.split_wo, item, wo, t.part);
+            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part);
         }
         grid_arrive(t.barrier);
         tr_load(A.ff1, w.linear1, wv);
+        ch = tr_chan_load(w.norm2_w, w.norm2_b, w.scale1, d);
         grid_wait(t.barrier, ++stage);
         // 3. x += scale1 * y, LN2, gelu(linear1) -> ff
-        tr_layernorm<MAXS>(t.x[cur], d, 1, t.part, a.n_heads, ystride, w.scale1, w.norm2_w, w.norm2_b, t.eps, S, d, hs,
-                     t.x[cur ^ 1]);
+        tr_layernorm<MAXS>(t.x[cur], d, 1, t.part, a.n_heads, ystride, ch, t.eps, S, d, hs, t.x[cur ^ 1]);
         cur ^= 1;
         tr_linear<MAXS>(A.ff1, w.linear1, hs, S, wv, red, outv);
         tr_store_rows(A.ff1, outv, S, t.ff, f, true);
         grid_arrive(t.barrier);
         tr_load(A.ff2, w.linear2, wv);
         grid_wait(t.barrier, ++stage);
-        // 4. linear2 -> y
-        for (int e = threadIdx.x; e < S * f / 4; e += blockDim.x) ((float4 *)hs)[e] = ((const float4 *)t.ff)[e];
-        __syncthreads();
-        tr_linear<MAXS>(A.ff2, w.linear2, hs, S, wv, red, outv);
+        // 4. linear2 -> y (its input read where stage 3 stored it)
+        tr_linear<MAXS>(A.ff2, w.linear2, t.ff, S, wv, red, outv);
         tr_store_rows(A.ff2, outv, S, t.y, d, false);
         grid_arrive(t.barrier);
-        if (l + 1 < n_layers) tr_load(A.qkv, A.layers[l + 1].in_proj, wv);
+        if (l + 1 < n_layers) {
+            tr_load(A.qkv, A.layers[l + 1].in_proj, wv);
+            ch = tr_chan_load(A.layers[l + 1].norm1_w, A.layers[l + 1].norm1_b, w.scale2, d);
+        }
         grid_wait(t.barrier, ++stage);
     }
     // out (d, S) = x + scale2 * y of the last layer
