@@ -63,6 +63,10 @@ static void emu_carry(const struct op_im2col *a) {
 static void emu_conv(const struct op_conv *a) {
     const struct op_im2col *in = &a->in;
     const int To = in->T / in->S, KK = in->c_in * in->K;
+    if (a->tail)  // the newest H columns of [hist | f(x)], (c_in, R, H), for the step's tails op
+        for (int i = 0; i < in->c_in; i++)
+            for (int r = 0; r < in->R; r++)
+                for (int j = 0; j < in->H; j++) a->tail[((size_t)i * in->R + r) * in->H + j] = xin(in, i, r, in->T + j);
     for (int o = 0; o < a->c_out; o++)
         for (int r = 0; r < in->R; r++)
             for (int t = 0; t < To; t++) {
@@ -254,6 +258,19 @@ static void emu_convtr_copy(const struct op_convtr_direct *a) {
             memcpy(tr->tail + (size_t)slot * tr->slot_stride + (size_t)o * tr->S, a->next + ((size_t)o * tr->R + r) * tr->S,
                    sizeof(float) * tr->S);
         }
+}
+
+static void emu_tails(const struct op_tails *a) {
+    for (int e = 0; e < a->n; e++) {
+        const struct gpu_tail *t = &a->e[e];
+        for (int r = 0; r < a->R; r++) {
+            const int slot = slot_of(a->row_slot, r);
+            if (slot < 0) continue;
+            for (int c = 0; c < t->C; c++)
+                memcpy(t->dst + (size_t)slot * a->slot_stride + (size_t)c * t->P, t->src + ((size_t)c * a->R + r) * t->P,
+                       sizeof(float) * t->P);
+        }
+    }
 }
 
 static void emu_norm(const struct op_norm *a) {
@@ -475,6 +492,7 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
         case GOP_TRANSFORMER: emu_transformer(&op->u.transformer); break;
         case GOP_RVQ_CHAIN: emu_rvq_chain(&op->u.rvq_chain); break;
+        case GOP_TAILS: emu_tails(&op->u.tails); break;
         }
     }
 }

@@ -2,7 +2,8 @@
  * conv1d.cu - the streaming Conv1d (spec 5.1; reference src/nn/conv.c): im2col over
  * [history | f(x)] for the large products, which then are one cuBLAS call (matmul.cu); the whole
  * conv in one kernel for the small ones (one stream's SEANet); and the carry of the newest
- * history columns.
+ * history columns: a launch after the conv for large steps, or for small ones staged by the
+ * direct kernel and stored with every other layer's at the step's end (tails_kernel).
  */
 #include <stdint.h>
 
@@ -172,6 +173,24 @@ struct conv_geom {
         c.i += c.di, c.k += c.dk;
         if (c.k >= a.in.K) c.k -= a.in.K, c.i++;
     }
+    // The newest H = K - S columns of [hist | f(x)] into `tail` (c_in, R, H): a row's last output
+    // column t = T/S - 1 reads columns T - S + k at its taps k, so its taps k >= S are column
+    // T + k - S of the new history. The blocks of the first channel group whose column tile holds
+    // a row's last column store them from the staged slice (each reduction part its own indices),
+    // with no memory round trip of their own.
+    __device__ void staged(const float *xs, int n0, int, int p0, int kc) const {
+        const struct op_im2col &in = a.in;
+        if (!a.tail || blockIdx.y != 0) return;
+        const int To = in.T / in.S, N = in.R * To;
+        for (int r = n0 / To; r < in.R && r * To <= n0 + 31; r++) {
+            const int last = r * To + To - 1;
+            if (last < n0 || last > n0 + 31 || last >= N) continue;
+            for (int q = threadIdx.x; q < kc; q += blockDim.x) {
+                const int p = p0 + q, i = p / in.K, k = p - i * in.K;
+                if (k >= in.S) a.tail[((size_t)i * in.R + r) * in.H + (k - in.S)] = xs[q * 32 + (last - n0)];
+            }
+        }
+    }
     __device__ void finish(int o, int, int n, float v) const {
         if (a.bias) v += a.w[(size_t)o * a.ld + reduction()];
         if (a.post_elu) v = elu_f(v);
@@ -243,6 +262,10 @@ static int launch_narrow(const struct op_conv *a, struct gpu_exec *ex) {
 }
 
 extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
+    if (a->narrow && a->tail) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "conv: the narrow kernel does not stage its history");
+        return MIMI_EINVAL;
+    }
     if (a->narrow) return launch_narrow(a, ex);
     return direct_launch(conv_geom{*a}, a->in.R * (a->in.T / a->in.S), a->c_out, 1, ex, "conv");
 }
@@ -289,4 +312,29 @@ static int launch_carry(const struct op_im2col *a, struct gpu_exec *ex) {
 
 extern "C" int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex) {
     return launch_carry(a, ex);
+}
+
+// ---- staged tails ----
+
+// Block (x, e) stores entry e's (C, P) per non-padding row, its threads on consecutive elements
+// of the source.
+static __global__ void tails_kernel(const struct op_tails a) {
+    pdl_begin();
+    const struct gpu_tail &t = a.e[blockIdx.y];
+    const int total = t.C * a.R * t.P;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+        const int j = e % t.P, cr = e / t.P, r = cr % a.R, c = cr / a.R, slot = a.row_slot[r];
+        if (slot >= 0) t.dst[(size_t)slot * a.slot_stride + (size_t)c * t.P + j] = t.src[e];
+    }
+}
+
+extern "C" int mimi_cuda_tails(const struct op_tails *a, struct gpu_exec *ex) {
+    if (a->n < 1 || a->n > GPU_MAX_TAILS) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "tails: %d entries (1 to %d)", a->n, GPU_MAX_TAILS);
+        return MIMI_EINVAL;
+    }
+    int most = 0;
+    for (int e = 0; e < a->n; e++) most = max(most, a->e[e].C * a->R * a->e[e].P);
+    pdl_launch(tails_kernel, dim3(grid_for((size_t)most, 256), a->n), 256, 0, ex, *a);
+    return launch_status(ex, "tails");
 }

@@ -230,6 +230,7 @@ struct convtr_geom {
         c.i += DIRECT_WARPS;
         while (c.i >= a.c_in) c.i -= a.c_in, c.u++;
     }
+    __device__ void staged(const float *, int, int, int, int) const {}
     __device__ void finish(int o, int f, int n, float v) const {
         const struct op_convtr &tr = a.tr;
         const int r = n / (tr.T + 1), t = n - r * (tr.T + 1), S = tr.S;

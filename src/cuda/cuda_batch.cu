@@ -36,6 +36,7 @@ int mimi_cuda_run_op(const struct gpu_op *op, struct gpu_exec *ex) {
     case GOP_GATHER: return mimi_cuda_gather(&op->u.gather, ex);
     case GOP_TRANSFORMER: return mimi_cuda_transformer(&op->u.transformer, ex);
     case GOP_RVQ_CHAIN: return mimi_cuda_rvq_chain(&op->u.rvq_chain, ex);
+    case GOP_TAILS: return mimi_cuda_tails(&op->u.tails, ex);
     }
     return MIMI_EINVAL;
 }

@@ -12,6 +12,7 @@
  *   start(n, phase, p) -> cursor                      column n's input at reduction index p:
  *   take(cursor), advance(cursor)                     its value, then the index DIRECT_WARPS on
  *   finish(o, phase, n, v)                            the epilogue: bias, activation, stores
+ *   staged(xs, n0, phase, p0, kc)                     sees each staged input slice (xs below)
  * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
  * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. The part
  * is walked DIRECT_KC indices at a time: the weight slice is staged in shared memory as
@@ -131,6 +132,7 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
         direct_stage(g, ws, o0, phase, p0, kc);
         direct_stage_inputs(g, xs, blockIdx.x * 32, phase, p0, kc);
         __syncthreads();
+        g.staged(xs, blockIdx.x * 32, phase, p0, kc);
         const int share = (kc + DIRECT_WARPS - 1) / DIRECT_WARPS, q0 = warp * share, q1 = min(kc, q0 + share);
         if (n < N) {
 #pragma unroll 4

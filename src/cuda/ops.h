@@ -81,7 +81,10 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // stream's SEANet): y[o, r, t] = g(bias[o] + sum_{i,k} w[o*ld + i*K + k] xin(i, r, t*S + k)),
 // plus the old y[o, r, t] when `accumulate` (the resblock's residual), g = ELU when `post_elu`.
 // The input side (x, history, f, padding rows) is `in`'s, as for im2col; in.col and in.ones are
-// unused, and the history is not carried (a GOP_CARRY follows when H > 0).
+// unused. The history is not carried: with `tail` set, the kernel's blocks (not the narrow
+// kernel's) also stage the newest H columns of [hist | f(x)] there as (c_in, R, H), and the
+// step's GOP_TAILS stores them into the slots' histories once every conv has read them; else a
+// GOP_CARRY follows when H > 0.
 // See struct gpu_split for how the reduction is spread over blocks.
 // With `narrow` (c_out = 1: the decoder's last conv, for many columns) the conv runs instead as
 // one thread per output column over input windows staged once per block (conv1d.cu); `split`
@@ -98,8 +101,28 @@ struct op_conv {
     int c_out, ld, bias, post_elu, accumulate;
     struct gpu_split split;
     int narrow;
+    float *tail;  // (c_in, R, H) or NULL
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
+
+// The staged histories and transposed-conv tails of a small step, stored at its end in one
+// launch instead of a carry after each conv (each such launch cost one stream's chain of
+// dependent kernels a round trip): for each entry e and non-padding row r, the slot's state
+// dst[slot * slot_stride + c * P + j] = src[(c * R + r) * P + j] for c < C, j < P.
+#define GPU_MAX_TAILS 24
+#define GPU_TAIL_ROWS 8  // steps of at most this many rows stage their tails
+struct gpu_tail {
+    const float *src;  // (C, R, P)
+    float *dst;        // slot 0's (C, P)
+    int C, P;
+};
+struct op_tails {
+    struct gpu_tail e[GPU_MAX_TAILS];
+    const int32_t *row_slot;  // (R)
+    size_t slot_stride;
+    int n, R;
+};
+int mimi_cuda_tails(const struct op_tails *a, struct gpu_exec *ex);
 
 // ---- resblock.cu ----
 
@@ -228,7 +251,8 @@ int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);
 // [0, T), y[o, r, t*S + f] = ((bias[o] + sum_i W[o, f][i] x(i, r, t) + W[o, f + S][i]
 // x(i, r, t - 1)) + tail[o, t*S + f] (t = 0 only)), and next[o, r, f] = (bias[o] + sum_i
 // W[o, f + S][i] x(i, r, T - 1)) - bias[o], the tail the full output leaves (convtr_tail's
-// value). mimi_cuda_convtr_copy then stores `next` as the tail of every non-padding row.
+// value). mimi_cuda_convtr_copy, or the step's GOP_TAILS, then stores `next` as the tail of every
+// non-padding row.
 struct op_convtr_direct {
     struct op_convtr tr;  // tr.w: the packed (c_out*K, c_in) weight; tr.taps unused
     int c_in;

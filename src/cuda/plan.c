@@ -231,24 +231,24 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->st_next_pos = take(&u, 1);
     L->st_started = take(&u, 1);
     L->st_positions = take(&u, (size_t)L->ring);
-    size_t act = 0, res0 = 0, res1 = 0, col = 0, taps = 0;
+    size_t act = 0, res0 = 0, res1 = 0, col = 0, taps = 0, hist = 0;  // hist: a slot's conv state
     int T = encode ? L->frame : L->steps;
     for (int i = 0; i < sn->n_layers; i++) {
         const struct seanet_layer *l = &sn->layers[i];
         const struct mimi_conv *c = &l->conv;
         const int K = c->kernel, S = c->stride;
         if (l->kind == SEANET_CONV) {
-            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S)), hist += (size_t)c->c_in * (K - S);
             T /= S;
             col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_CONVTR) {
-            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S));
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S)), hist += (size_t)c->c_out * (K - S);
             if (c->groups == 1) taps = maxz(taps, (size_t)c->c_out * K * T);
             T *= S;
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_RESBLOCK) {
-            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S)), hist += (size_t)c->c_in * (K - S);
             col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
             res1 = maxz(res1, (size_t)gpu_conv_ld(c->c_out + 1) * T);
             res0 = maxz(res0, (size_t)c->c_in * T);
@@ -261,6 +261,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     const struct mimi_conv *rs = encode ? &m->downsample : &m->upsample;
     const int P = rs->kernel - rs->stride;
     if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
+    hist += (size_t)(encode ? rs->c_in : rs->c_out) * (P > 0 ? P : 0);
     if (encode) col = maxz(col, (size_t)gpu_conv_ld(rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
     // KV rings: f32, or two bfloat16 values per element
     L->kv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16_KV && tr->head_dim == GPU_ATT_ONEPASS_HD;
@@ -294,6 +295,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_latent = take(&s, maxz(d, (size_t)L->frame_dim) * CF);
     L->sc_conv_part = take(&s, GPU_CONV_PART_FLOATS);
     L->sc_conv_counters = take(&s, GPU_CONV_COUNTERS);
+    L->tails_elems = hist * (C < GPU_TAIL_ROWS ? C : GPU_TAIL_ROWS);
+    L->sc_tails = take(&s, L->tails_elems);
     const int tr_rows = capacity < GPU_TR_MAX_ROWS / L->steps ? capacity : GPU_TR_MAX_ROWS / L->steps;
     if (gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
         L->sc_tr_part = take(&s, (size_t)tr->n_heads * tr_rows * L->steps * L->d);
@@ -324,7 +327,9 @@ struct builder {
     int32_t *started, *next_pos;
     const char *stage;
     int R, rc;
-    struct gpu_op sink;  // absorbs ops once building failed
+    struct op_tails tails;  // the step's staged histories and tails (stage_tail)
+    size_t tails_used;
+    struct gpu_op sink;     // absorbs ops once building failed
 };
 
 static struct gpu_op *emit(struct builder *B, int kind, const char *name) {
@@ -371,6 +376,18 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 }
 
 // ---- convolutions ----
+
+// Where a small step's direct conv or transposed conv stages the (C, R, P) history or tail that
+// the slots keep at dst (slot 0's (C, P)): a share of the tails scratch, listed for the step's
+// GOP_TAILS. NULL (carry it separately) past GPU_TAIL_ROWS rows or GPU_MAX_TAILS entries.
+static float *stage_tail(struct builder *B, float *dst, int C, int P) {
+    const size_t n = (size_t)C * B->R * P;
+    if (B->R > GPU_TAIL_ROWS || B->tails.n == GPU_MAX_TAILS || B->tails_used + n > B->L->tails_elems) return NULL;
+    float *src = scratch(B, B->L->sc_tails + B->tails_used);
+    B->tails_used += n;
+    B->tails.e[B->tails.n++] = (struct gpu_tail){src, dst, C, P};
+    return src;
+}
 
 // Products of at most this many multiply-adds run as one direct conv kernel: there cuBLAS
 // cannot fill the chip and im2col and the activations cost a launch each (one stream's SEANet).
@@ -441,8 +458,9 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     if (direct || narrow) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
-                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow};
-        if (d->in.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
+                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL};
+        if (d->in.H > 0 && !narrow && T % c->stride == 0) d->tail = stage_tail(B, hist, c->c_in, d->in.H);
+        if (d->in.H > 0 && !d->tail) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
         return;
     }
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
@@ -461,13 +479,15 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
     if (dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
-        // one kernel, its next tail staged in the (unused) taps buffer, then stored
+        // one kernel, its next tail staged (for the step's GOP_TAILS, or else in the unused taps
+        // buffer, then stored)
         a.taps = NULL;
         a.w = W;
-        struct op_convtr_direct d = {a, c->c_in, scratch(B, B->L->sc_taps),
+        float *next = stage_tail(B, tail, c->c_out, S);
+        struct op_convtr_direct d = {a, c->c_in, next ? next : scratch(B, B->L->sc_taps),
                                      direct_split(B, 2 * c->c_in, B->R * (T + 1), c->c_out, S)};
         emit(B, GOP_CONVTR_DIRECT, "convtr_direct")->u.convtr_direct = d;
-        emit(B, GOP_CONVTR_COPY, "convtr_copy")->u.convtr_direct = d;
+        if (!next) emit(B, GOP_CONVTR_COPY, "convtr_copy")->u.convtr_direct = d;
         return;
     }
     // taps (c_out*K, N) = W_packed (c_out*K, c_in) . x (c_in, N)
@@ -749,6 +769,13 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_layout *L, const struct 
     if (L->direction == MIMI_DIRECTION_ENCODE) plan_encode(&B, w);
     else plan_decode(&B, w);
     B.stage = "step";
+    if (B.tails.n > 0) {
+        struct op_tails *t = &emit(&B, GOP_TAILS, "tails")->u.tails;
+        *t = B.tails;
+        t->row_slot = B.row_slot;
+        t->slot_stride = L->slot_elems;
+        t->R = R;
+    }
     struct op_finish *f = &emit(&B, GOP_FINISH, "finish")->u.finish;
     *f = (struct op_finish){B.next_pos, B.started, B.row_slot, L->slot_elems, R, L->steps};
     if (!B.rc && !p->output) B.rc = MIMI_EUNSUPPORTED;

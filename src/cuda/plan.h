@@ -76,6 +76,7 @@ struct gpu_layout {
     size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum, sc_conv_part, sc_conv_counters;
     size_t sc_tr_part, sc_tr_barrier;  // the persistent transformer's (small steps)
     size_t sc_rvq_part, sc_rvq_barrier;  // the persistent quantizer levels' (small steps)
+    size_t sc_tails, tails_elems;  // staged conv histories and tails (steps of <= GPU_TAIL_ROWS rows)
 };
 
 // Sizes state and scratch for a batch whose step advances each row by `frames` frames (steps,
@@ -92,7 +93,7 @@ size_t gpu_stage_input_offset(int R);
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
-    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN,
+    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS,
 };
 
 struct gpu_op {
@@ -115,6 +116,7 @@ struct gpu_op {
         struct op_resblock resblock;
         struct op_transformer transformer;
         struct op_rvq_chain rvq_chain;
+        struct op_tails tails;
     } u;
 };
 
