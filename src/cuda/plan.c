@@ -231,24 +231,25 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->st_next_pos = take(&u, 1);
     L->st_started = take(&u, 1);
     L->st_positions = take(&u, (size_t)L->ring);
-    size_t act = 0, res0 = 0, res1 = 0, col = 0, taps = 0, hist = 0;  // hist: a slot's conv state
+    size_t act = 0, res0 = 0, res1 = 0, col = 0, taps = 0;
+    const size_t conv_state = take(&u, 0);  // a slot's conv histories and tails start here
     int T = encode ? L->frame : L->steps;
     for (int i = 0; i < sn->n_layers; i++) {
         const struct seanet_layer *l = &sn->layers[i];
         const struct mimi_conv *c = &l->conv;
         const int K = c->kernel, S = c->stride;
         if (l->kind == SEANET_CONV) {
-            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S)), hist += (size_t)c->c_in * (K - S);
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
             T /= S;
             col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_CONVTR) {
-            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S)), hist += (size_t)c->c_out * (K - S);
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S));
             if (c->groups == 1) taps = maxz(taps, (size_t)c->c_out * K * T);
             T *= S;
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_RESBLOCK) {
-            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S)), hist += (size_t)c->c_in * (K - S);
+            if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
             col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
             res1 = maxz(res1, (size_t)gpu_conv_ld(c->c_out + 1) * T);
             res0 = maxz(res0, (size_t)c->c_in * T);
@@ -261,7 +262,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     const struct mimi_conv *rs = encode ? &m->downsample : &m->upsample;
     const int P = rs->kernel - rs->stride;
     if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
-    hist += (size_t)(encode ? rs->c_in : rs->c_out) * (P > 0 ? P : 0);
+    const size_t hist = take(&u, 0) - conv_state;  // their span, the most a step stages per row
     if (encode) col = maxz(col, (size_t)gpu_conv_ld(rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
     // KV rings: f32, or two bfloat16 values per element
     L->kv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16_KV && tr->head_dim == GPU_ATT_ONEPASS_HD;
