@@ -1,13 +1,13 @@
 /*
  * bench_gpu.c - the CUDA backend's speed: one stream's latency per frame, the number of
  * concurrent real-time streams (the largest batch whose encode + decode step stays under 80 ms
- * at p99), throughput in multiples of real time, each in strict (f32), fast (TF32) and fast with
- * bfloat16 KV rings, with ratios to the floors and to the reference implementation's figures, a per-op
- * profile, the fast modes' fidelity against strict, and whole-signal throughput of one file and of
- * many files in one call (the reference's offline figure is 16 clips of 60 s). Not part of the library; bench_stream.c
- * is the CPU's.
+ * at p99), throughput in multiples of real time, each in strict (f32), fast (TF32), fast with
+ * bfloat16 KV rings and fast with bfloat16 products, with ratios to the floors and to the
+ * reference implementation's figures, a per-op profile, the fast modes' fidelity against strict,
+ * and whole-signal throughput of one file and of many files in one call (the reference's offline
+ * figure is 16 clips of 60 s). Not part of the library; bench_stream.c is the CPU's.
  *
- * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N]
+ * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16] [--threads N]
  *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--warm N] [--ops]
  *                                            (only the per-op profile of B streams; --ops lists
  *                                            every op of the step in plan order)
@@ -46,10 +46,12 @@
 #define TARGET_STREAMS_FAST 10000
 #define REF_OFFLINE_ENC 3990.0
 #define REF_OFFLINE_DEC 3700.0
-// The H200's peak arithmetic (NVIDIA's figures, dense): f32 on the CUDA cores, TF32 on the tensor
-// cores; a mode's throughput is put against the peak of the arithmetic its products use.
+// The H200's peak arithmetic (NVIDIA's figures, dense): f32 on the CUDA cores, TF32 and bf16 on
+// the tensor cores; a mode's throughput is put against the peak of the arithmetic its largest
+// products use.
 #define PEAK_F32_TFLOPS 67.0
 #define PEAK_TF32_TFLOPS 494.7
+#define PEAK_BF16_TFLOPS 989.4
 #define TARGET_OFFLINE_STRICT 6000.0
 #define TARGET_OFFLINE_FAST 20000.0
 
@@ -460,8 +462,29 @@ static void fidelity(struct mimi_model *strict, struct mimi_model *fast, const c
 
 // ---- main ----
 
-static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_streams) {
-    const double peak = strcmp(mode, "strict (f32)") ? PEAK_TF32_TFLOPS : PEAK_F32_TFLOPS;
+#define N_MODES 4  // enum mimi_precision
+static const char *const MODE_NAMES[N_MODES] = {"strict (f32)", "fast (TF32)", "fast (TF32, bf16 KV)", "fast (bf16)"};
+static const char *const MODE_FLAGS[N_MODES] = {"strict", "fast", "bf16kv", "bf16"};
+static const double MODE_PEAKS[N_MODES] = {PEAK_F32_TFLOPS, PEAK_TF32_TFLOPS, PEAK_TF32_TFLOPS, PEAK_BF16_TFLOPS};
+static const char *const PEAK_NAMES[N_MODES] = {"f32", "TF32 tensor-core", "TF32 tensor-core", "bf16 tensor-core"};
+
+// --modes: a comma-separated list of MODE_FLAGS; returns the bit set (bit i: precision i), or -1.
+static int parse_modes(const char *list) {
+    int bits = 0;
+    while (*list) {
+        const size_t n = strcspn(list, ",");
+        int i = 0;
+        while (i < N_MODES && (strlen(MODE_FLAGS[i]) != n || strncmp(list, MODE_FLAGS[i], n))) i++;
+        if (i == N_MODES) return -1;
+        bits |= 1 << i;
+        list += n + (list[n] == ',');
+    }
+    return bits;
+}
+
+static void run_mode(struct mimi_model *m, int precision, int quick, int max_streams) {
+    const char *mode = MODE_NAMES[precision];
+    const double peak = MODE_PEAKS[precision];
     printf("\n== %s ==\n", mode);
     struct latency L = one_stream(m, quick ? 100 : 500);
     double floor_enc = 1e3 * ENC_WEIGHT_BYTES / HBM_BYTES_PER_S, floor_dec = 1e3 * DEC_WEIGHT_BYTES / HBM_BYTES_PER_S;
@@ -472,14 +495,13 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
            floor_enc, floor_dec, L.enc_med / floor_enc, L.dec_med / floor_dec, REF_ENC_MS_LO, REF_ENC_MS_HI,
            REF_DEC_MS_LO, REF_DEC_MS_HI, REF_ENC_MS_LO / L.enc_med, REF_ENC_MS_HI / L.enc_med,
            REF_DEC_MS_LO / L.dec_med, REF_DEC_MS_HI / L.dec_med);
-    static const int sizes[] = {1, 64, 256, 1024, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144};
+    static const int sizes[] = {1, 64, 256, 1024, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144, 7168, 8192, 10240};
     int best[2] = {0, 0}, over[2] = {0, 0};  // [0]: encode then decode; [1]: overlapped
     double best_enc_x = 0, best_dec_x = 0;
     printf("  (enc submit: the encode submit's median, the host staging the PCM; memcpy: one host copy of that PCM,\n"
            "   as large as the decode's output copy; both are inside enc ms and dec ms. overlap p99: the step with\n"
            "   encode and decode submitted together, each batch on its own CUDA stream)\n");
-    printf("  (TFLOP/s: of encode + decode; %% peak: of the %.0f TFLOP/s %s peak)\n", peak,
-           peak == PEAK_F32_TFLOPS ? "f32" : "TF32 tensor-core");
+    printf("  (TFLOP/s: of encode + decode; %% peak: of the %.0f TFLOP/s %s peak)\n", peak, PEAK_NAMES[precision]);
     printf("  %6s %10s %10s %12s %10s %10s %9s %7s %11s %8s %12s\n", "B", "enc ms", "dec ms", "step p99 ms", "enc x RT",
            "dec x RT", "TFLOP/s", "% peak", "enc submit", "memcpy", "overlap p99");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && sizes[i] <= max_streams; i++) {
@@ -518,7 +540,7 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
     printf("  concurrent real-time streams (largest B tried with p99 step < 80 ms): %d (reference ~%d: %.1fx); "
            "overlapped: %d\n", best[0], REF_STREAMS, (double)best[0] / REF_STREAMS, best[1]);
     // the target itself, when the search stopped on either side of it
-    const int target = strcmp(mode, "strict (f32)") ? TARGET_STREAMS_FAST : TARGET_STREAMS_STRICT;
+    const int target = precision != MIMI_PRECISION_STRICT ? TARGET_STREAMS_FAST : TARGET_STREAMS_STRICT;
     if (best[1] < target && over[1] > target && target <= max_streams) {
         struct batch_run r = many_streams(m, target, quick ? 8 : 20);
         printf("  target %d streams: step p99 %.2f ms, overlapped p99 %.2f ms: %s\n", target, r.step_p99, r.ovl_p99,
@@ -529,7 +551,7 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
            best_dec_x / REF_OFFLINE_DEC);
     whole_file(m, 20);
     whole_file(m, 300);
-    const double offline_target = strcmp(mode, "strict (f32)") ? TARGET_OFFLINE_FAST : TARGET_OFFLINE_STRICT;
+    const double offline_target = precision != MIMI_PRECISION_STRICT ? TARGET_OFFLINE_FAST : TARGET_OFFLINE_STRICT;
     many_files(m, 16, 60, offline_target, peak);
     many_files(m, 64, 60, offline_target, peak);
     profile(m, 1);
@@ -538,7 +560,7 @@ static void run_mode(struct mimi_model *m, const char *mode, int quick, int max_
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, offline_files = 0, modes = 7;  // bit i: enum mimi_precision i
+    int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, offline_files = 0, modes = 15;  // bit i: enum mimi_precision i
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -551,8 +573,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trim")) trim_each = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) host_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
-            const char *list = argv[++i];
-            modes = (strstr(list, "strict") ? 1 : 0) | (strstr(list, "fast") ? 2 : 0) | (strstr(list, "bf16kv") ? 4 : 0);
+            modes = parse_modes(argv[++i]);
+            if (modes <= 0) {
+                fprintf(stderr, "--modes takes strict, fast, bf16kv and bf16, comma-separated\n");
+                return 2;
+            }
         }
         else if (!strcmp(argv[i], "--write-model") && i + 1 < argc) {
             char err[256];
@@ -561,7 +586,7 @@ int main(int argc, char **argv) {
             return rc ? 1 : 0;
         }
         else {
-            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv] [--threads N] "
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16] [--threads N] "
                             "[--profile B [--warm N] [--ops]] [--offline [--files N] [--trim]] | --write-model PATH\n", argv[0]);
             return 2;
         }
@@ -580,14 +605,14 @@ int main(int argc, char **argv) {
     }
     printf("libmimi %s, CUDA backend, model %s, %d host thread%s per model\n", mimi_version_string(), path,
            host_threads, host_threads > 1 ? "s" : "");
-    static const char *names[3] = {"strict (f32)", "fast (TF32)", "fast (TF32, bf16 KV)"};
-    struct mimi_model *models[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3; i++)
+    const char *const *names = MODE_NAMES;
+    struct mimi_model *models[N_MODES] = {NULL};
+    for (int i = 0; i < N_MODES; i++)
         if (modes & (1 << i) || i == MIMI_PRECISION_STRICT) {
             models[i] = load(path, i);
             if (!models[i]) return 1;
         }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_MODES; i++) {
         if (!(modes & (1 << i))) continue;
         if (profile_only > 0) {
             printf("\n== %s ==\n", names[i]);
@@ -595,7 +620,7 @@ int main(int argc, char **argv) {
         } else if (offline_only) {
             printf("\n== %s ==\n", names[i]);
             const double target = i == MIMI_PRECISION_STRICT ? TARGET_OFFLINE_STRICT : TARGET_OFFLINE_FAST;
-            const double peak = i == MIMI_PRECISION_STRICT ? PEAK_F32_TFLOPS : PEAK_TF32_TFLOPS;
+            const double peak = MODE_PEAKS[i];
             if (offline_files > 0) {
                 many_files(models[i], offline_files, 60, target, peak);
                 continue;
@@ -609,8 +634,8 @@ int main(int argc, char **argv) {
             fidelity(models[MIMI_PRECISION_STRICT], models[i], names[i], quick ? 20 : 100);
         }
     }
-    for (int i = 0; i < 3 && !profile_only && !offline_only; i++)
-        if (modes & (1 << i)) run_mode(models[i], names[i], quick, max_streams);
-    for (int i = 0; i < 3; i++) mimi_model_destroy(models[i]);
+    for (int i = 0; i < N_MODES && !profile_only && !offline_only; i++)
+        if (modes & (1 << i)) run_mode(models[i], i, quick, max_streams);
+    for (int i = 0; i < N_MODES; i++) mimi_model_destroy(models[i]);
     return 0;
 }

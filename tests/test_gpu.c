@@ -5,7 +5,8 @@
  * Cases: streaming encode and decode, GPU vs CPU (codes, taps, PCM); batch slots stepped in
  * subsets vs lone GPU streams; reset; submit/collect vs synchronous steps; decode from codes in
  * device memory (offset and stride, a bad code that must not advance its slot); the per-op
- * profile; the fast modes' (TF32, TF32 with bf16 KV rings) fidelity, measured and printed; many
+ * profile; the fast modes' (TF32, TF32 with bf16 KV rings, bf16 products) fidelity, measured and
+ * printed, and the bf16 operands' ops (im2col, conversion, product) against their rounding; many
  * signals in one whole-signal call vs one at a time; the lanes a model keeps between
  * whole-signal calls (same results, mimi_model_trim, a batch made by freeing them) and
  * whole-signal calls from several threads on one model.
@@ -24,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/ops.h"
+#include "internal.h"
 #include "nn/ops.h"
 #endif
 
@@ -32,7 +34,7 @@
 #define FRAMES 24
 #define TOL 1e-4
 
-static struct mimi_model *cpu, *gpu, *gpu_fast, *gpu_bf16;
+static struct mimi_model *cpu, *gpu, *gpu_fast, *gpu_bf16kv, *gpu_bf16;
 static float *clip;  // dev_speech_en, at least FRAMES + 3 * 7 frames
 static int64_t clip_frames;
 
@@ -199,6 +201,126 @@ static void test_products(void) {
     product_case(0, 5, 1536, 512, 512, 0.0f, 0);    // under 1 M weights: skinny_kernel
 }
 
+// ---- MIMI_PRECISION_FAST_BF16's operands ----
+
+// The bfloat16 value whose bits are h.
+static double bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// One im2col over random x and histories (row 1 a padding row), ELU on, in f32 and in bf16: the
+// bf16 matrix must be the f32 one rounded by mimi_to_bf16, every value and the rows of ones.
+static void im2col_bf16_case(int c_in, int R, int T, int K, int S) {
+    const int H = K - S, ones = 3;
+    const size_t N = (size_t)R * (T / S), n = ((size_t)c_in * K + ones) * N, stride = (size_t)c_in * H + 32;
+    const size_t nx = (size_t)c_in * R * T;
+    float *x = malloc(sizeof(float) * nx), *state = calloc(stride * R, sizeof(float));
+    float *col = malloc(sizeof(float) * n);
+    uint16_t *col16 = malloc(sizeof(uint16_t) * n);
+    int32_t row_slot[64];
+    CHECK(x && state && col && col16 && R <= 64);
+    if (!x || !state || !col || !col16 || R > 64) return;
+    for (size_t i = 0; i < nx; i++) x[i] = 2.0f * test_rng_float() - 1.0f;
+    for (int r = 0; r < R; r++) {
+        row_slot[r] = r == 1 ? -1 : r;
+        ((int32_t *)state)[r * stride] = 1;  // started
+        for (size_t i = 0; i < (size_t)c_in * H; i++) state[r * stride + 32 + i] = test_rng_float() - 0.5f;
+    }
+    float *dx = NULL, *dstate = NULL, *dcol = NULL, *dcol16 = NULL;
+    int32_t *drs = NULL;
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * stride * R), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dcol, sizeof(float) * n), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dcol16, sizeof(uint16_t) * n), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof(int32_t) * R), cudaSuccess);
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dstate, state, sizeof(float) * stride * R, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof(int32_t) * R, cudaMemcpyHostToDevice);
+    struct op_im2col a = {dx, dcol, dstate + 32, (const int32_t *)dstate, drs, stride, c_in, K, S, H, T, R, 1, 0,
+                          ones, 0};
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    CHECK_EQ(mimi_cuda_im2col(&a, &ex), MIMI_OK);
+    a.col = dcol16, a.col_bf16 = 1;
+    CHECK_EQ(mimi_cuda_im2col(&a, &ex), MIMI_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(col, dcol, sizeof(float) * n, cudaMemcpyDeviceToHost);
+    cudaMemcpy(col16, dcol16, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += col16[i] != mimi_to_bf16(col[i]);
+    printf("  im2col in bf16, %d channels, %d rows x %d, K %d S %d: %zu of %zu values differ from f32 rounded %s\n",
+           c_in, R, T, K, S, differ, n, msg);
+    CHECK_EQ(differ, 0);
+    cudaFree(dx), cudaFree(dstate), cudaFree(dcol), cudaFree(dcol16), cudaFree(drs);
+    free(x), free(state), free(col), free(col16);
+}
+
+// A bf16 product (cuBLAS, f32 accumulation) against a double product of the same bf16 values,
+// and the conversion op (EW_BF16) against mimi_to_bf16 over a length that is not a multiple of 4.
+static void gemm_bf16_case(void) {
+    struct op_gemm g = {0};
+    g.m = 4096, g.n = 48, g.k = 136, g.lda = g.m, g.ldb = g.k, g.ldc = g.m, g.ab_bf16 = 1;
+    const size_t na = (size_t)g.m * g.k, nb = (size_t)g.k * g.n, nc = (size_t)g.m * g.n;
+    float *A = malloc(sizeof(float) * na), *Bm = malloc(sizeof(float) * nb), *C = malloc(sizeof(float) * nc);
+    float *R = malloc(sizeof(float) * nc);
+    uint16_t *A16 = malloc(sizeof(uint16_t) * na), *B16 = malloc(sizeof(uint16_t) * nb);
+    cublasHandle_t h = NULL;
+    float *dA = NULL, *dB = NULL, *dC = NULL;
+    CHECK(A && Bm && C && R && A16 && B16);
+    CHECK_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    CHECK_EQ(cudaMalloc((void **)&dA, sizeof(float) * na), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dB, sizeof(float) * nb), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dC, sizeof(float) * nc), cudaSuccess);
+    if (!A || !Bm || !C || !R || !A16 || !B16 || !h || !dA || !dB || !dC) return;
+    for (size_t i = 0; i < na; i++) A[i] = test_rng_float() - 0.5f;
+    for (size_t i = 0; i < nb; i++) Bm[i] = test_rng_float() - 0.5f;
+    // A converted on the device by the op, B on the host
+    for (size_t i = 0; i < nb; i++) B16[i] = mimi_to_bf16(Bm[i]);
+    cudaMemcpy(dB, B16, sizeof(uint16_t) * nb, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, h, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    float *dX = NULL;
+    CHECK_EQ(cudaMalloc((void **)&dX, sizeof(float) * na), cudaSuccess);
+    cudaMemcpy(dX, A, sizeof(float) * na, cudaMemcpyHostToDevice);
+    const size_t odd = na - 3;  // the last values through the kernel's scalar tail
+    struct op_pointwise cv = {dA, dX, NULL, 1, odd, EW_BF16, 0};
+    CHECK_EQ(cudaMemset(dA, 0, sizeof(float) * na), cudaSuccess);
+    CHECK_EQ(mimi_cuda_pointwise(&cv, &ex), MIMI_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(A16, dA, sizeof(uint16_t) * na, cudaMemcpyDeviceToHost);
+    size_t differ = 0;
+    for (size_t i = 0; i < odd; i++) differ += A16[i] != mimi_to_bf16(A[i]);
+    for (size_t i = odd; i < na; i++) differ += A16[i] != 0;  // past n: untouched
+    printf("  bf16 conversion of %zu values: %zu differ from mimi_to_bf16 %s\n", odd, differ, msg);
+    CHECK_EQ(differ, 0);
+    for (size_t i = odd; i < na; i++) A16[i] = mimi_to_bf16(A[i]);
+    cudaMemcpy(dA, A16, sizeof(uint16_t) * na, cudaMemcpyHostToDevice);
+    for (size_t i = 0; i < na; i++) A[i] = (float)bf16_value(A16[i]);
+    for (size_t i = 0; i < nb; i++) Bm[i] = (float)bf16_value(B16[i]);
+    g.a = dA, g.b = dB, g.c = dC;
+    const int rc = mimi_cuda_gemm(&g, &ex);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(C, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost);
+    gemm_reference(&g, A, Bm, R);
+    const double e = rel_l2(C, R, nc);
+    printf("  bf16 product %d x %d x %d: rc %d, rel_l2 %.2e against the rounded operands %s\n", g.m, g.n, g.k, rc, e,
+           msg);
+    CHECK_EQ(rc, MIMI_OK);
+    CHECK(e <= 1e-5);
+    cublasDestroy(h), cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dX);
+    free(A), free(Bm), free(C), free(R), free(A16), free(B16);
+}
+
+static void test_bf16_operands(void) {
+    im2col_bf16_case(4, 64, 2048, 8, 4);  // 32768 columns, (8, 4): four columns a thread, 16-byte loads
+    im2col_bf16_case(2, 16, 2048, 5, 1);  // 32768 columns, a (K, S) without its own kernel
+    im2col_bf16_case(3, 3, 30, 3, 1);     // few columns: one a thread
+    gemm_bf16_case();
+}
+
 // gemm_tune.cu on one large strict product: tuned once, remembered by shape, and
 // giving cuBLAS's default result bit for bit. C0 and C1 are host buffers of C's size.
 static void tune_case(struct op_gemm g, struct gpu_exec *ex, struct gemm_tuning *tuning, float *C0, float *C1) {
@@ -273,12 +395,26 @@ static void test_gemm_tune(void) {
 
 // ---- GPU vs CPU ----
 
-// A fast mode: measured, printed, and held to bounds that leave rounding a wide margin (measured
-// on an H200: codes 98-100% equal, PCM rel. L2 1e-3 at most) but catch a kernel that is wrong
-// on some columns or rows; the modes' fidelity is documented from mimi-bench-gpu.
-#define FAST_MIN_AGREE 0.97
-#define FAST_MAX_REL_L2 0.01
-static void fast_vs_cpu(struct mimi_model *m, const char *mode, const int32_t *codes_cpu, const float *pcm_cpu) {
+// The fast modes: measured, printed, and held to bounds that leave rounding a wide margin (TF32
+// and bf16 rings measured on an H200: codes 98-100% equal, PCM rel. L2 1e-3 at most; bf16
+// products round their operands to 8 bits instead of 11, about 8 times the error) but catch a
+// kernel that is wrong on some columns or rows; the modes' fidelity is documented from
+// mimi-bench-gpu.
+struct fast_mode {
+    struct mimi_model **model;
+    const char *name;
+    double min_agree, max_rel_l2;
+};
+static const struct fast_mode FAST_MODES[] = {
+    {&gpu_fast, "fast (TF32)", 0.97, 0.01},
+    {&gpu_bf16kv, "fast (bf16 KV)", 0.97, 0.01},
+    {&gpu_bf16, "fast (bf16)", 0.85, 0.03},
+};
+#define N_FAST_MODES 3
+
+static void fast_vs_cpu(const struct fast_mode *fm, const int32_t *codes_cpu, const float *pcm_cpu) {
+    struct mimi_model *m = *fm->model;
+    const char *mode = fm->name;
     static int32_t codes[FRAMES * N_Q];
     static float pcm[FRAMES * FRAME];
     int sem;
@@ -288,7 +424,7 @@ static void fast_vs_cpu(struct mimi_model *m, const char *mode, const int32_t *c
     double e = rel_l2(pcm, pcm_cpu, (size_t)FRAMES * FRAME);
     printf("  %s vs cpu: codes equal %.4f, semantic %s, decode pcm rel_l2 %.3e\n", mode, agree,
            sem ? "all equal" : "differ", e);
-    CHECK(agree >= FAST_MIN_AGREE && e < FAST_MAX_REL_L2);
+    CHECK(agree >= fm->min_agree && e < fm->max_rel_l2);
 }
 
 static void test_vs_cpu(void) {
@@ -314,8 +450,7 @@ static void test_vs_cpu(void) {
     decode_stream(cpu, codes_cpu, pcm_cpu);
     decode_stream(gpu, codes_cpu, pcm_gpu);
     CHECK_REL_L2(pcm_gpu, pcm_cpu, (size_t)FRAMES * FRAME, TOL, "gpu vs cpu decode pcm");
-    fast_vs_cpu(gpu_fast, "fast (TF32)", codes_cpu, pcm_cpu);
-    fast_vs_cpu(gpu_bf16, "fast (bf16 KV)", codes_cpu, pcm_cpu);
+    for (int i = 0; i < N_FAST_MODES; i++) fast_vs_cpu(&FAST_MODES[i], codes_cpu, pcm_cpu);
 }
 
 // ---- batches ----
@@ -404,15 +539,14 @@ static void test_fast_wide(void) {
            3 * WIDE_F * N_Q, worst);
     CHECK(equal >= 3 * WIDE_F * N_Q * 995 / 1000);
     CHECK(worst <= 1e-5);
-    struct mimi_model *modes[2] = {gpu_fast, gpu_bf16};
-    const char *names[2] = {"fast (TF32)", "fast (bf16 KV)"};
-    for (int i = 0; i < 2; i++) {
-        wide_run(modes[i], codes, strict_codes, pcm);
+    for (int i = 0; i < N_FAST_MODES; i++) {
+        const struct fast_mode *fm = &FAST_MODES[i];
+        wide_run(*fm->model, codes, strict_codes, pcm);
         int sem;
         double agree = code_agreement(codes, strict_codes, WIDE_F * WIDE * N_Q, &sem);
         double e = rel_l2(pcm, strict_pcm, (size_t)WIDE_F * WIDE * FRAME);
-        printf("  %s vs strict, %d slots: codes equal %.4f, decode pcm rel_l2 %.3e\n", names[i], WIDE, agree, e);
-        CHECK(agree >= FAST_MIN_AGREE && e > 0 && e < FAST_MAX_REL_L2);
+        printf("  %s vs strict, %d slots: codes equal %.4f, decode pcm rel_l2 %.3e\n", fm->name, WIDE, agree, e);
+        CHECK(agree >= fm->min_agree && e > 0 && e < fm->max_rel_l2);
     }
 }
 
@@ -430,17 +564,16 @@ static void test_fast_offline(void) {
     if (!strict_codes || !codes || !strict_pcm || !pcm) goto done;
     CHECK_EQ(mimi_encode_offline(gpu, &sp, clip, n, strict_codes, max), clip_frames);
     CHECK_EQ(mimi_decode_offline(gpu, &sp, strict_codes, clip_frames, strict_pcm, n), n);
-    struct mimi_model *modes[2] = {gpu_fast, gpu_bf16};
-    const char *names[2] = {"fast (TF32)", "fast (bf16 KV)"};
-    for (int i = 0; i < 2; i++) {
-        CHECK_EQ(mimi_encode_offline(modes[i], &sp, clip, n, codes, max), clip_frames);
-        CHECK_EQ(mimi_decode_offline(modes[i], &sp, strict_codes, clip_frames, pcm, n), n);
+    for (int i = 0; i < N_FAST_MODES; i++) {
+        const struct fast_mode *fm = &FAST_MODES[i];
+        CHECK_EQ(mimi_encode_offline(*fm->model, &sp, clip, n, codes, max), clip_frames);
+        CHECK_EQ(mimi_decode_offline(*fm->model, &sp, strict_codes, clip_frames, pcm, n), n);
         int eq = 0;
         for (int64_t j = 0; j < max; j++) eq += codes[j] == strict_codes[j];
         const double agree = (double)eq / max, e = rel_l2(pcm, strict_pcm, (size_t)n);
-        printf("  %s vs strict, whole signal of %lld frames: codes equal %.4f, decode pcm rel_l2 %.3e\n", names[i],
+        printf("  %s vs strict, whole signal of %lld frames: codes equal %.4f, decode pcm rel_l2 %.3e\n", fm->name,
                (long long)clip_frames, agree, e);
-        CHECK(agree >= FAST_MIN_AGREE && e > 0 && e < FAST_MAX_REL_L2);
+        CHECK(agree >= fm->min_agree && e > 0 && e < fm->max_rel_l2);
     }
 done:
     free(strict_codes), free(codes), free(strict_pcm), free(pcm);
@@ -962,7 +1095,8 @@ int main(int argc, char **argv) {
     cpu = load(MIMI_BACKEND_CPU, MIMI_PRECISION_STRICT);
     gpu = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_STRICT);
     gpu_fast = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST);
-    gpu_bf16 = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST_BF16_KV);
+    gpu_bf16kv = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST_BF16_KV);
+    gpu_bf16 = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST_BF16);
     CHECK(strcmp(mimi_model_backend_name(gpu), "cuda") == 0);
     struct st_file refs;
     char err[256];
@@ -976,6 +1110,7 @@ int main(int argc, char **argv) {
 #ifdef MIMI_TEST_CUDA_RUNTIME
     test_products();
     test_gemm_tune();
+    test_bf16_operands();
 #endif
     test_vs_cpu();
     test_batch_vs_lone();
@@ -990,6 +1125,7 @@ int main(int argc, char **argv) {
     test_profile();
     free(clip);
     mimi_model_destroy(gpu_fast);
+    mimi_model_destroy(gpu_bf16kv);
     mimi_model_destroy(gpu_bf16);
     mimi_model_destroy(gpu);
     mimi_model_destroy(cpu);

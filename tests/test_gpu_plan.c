@@ -37,16 +37,37 @@ static float xin(const struct op_im2col *a, int i, int r, int j) {
     return a->hist[(size_t)slot * a->slot_stride + (size_t)i * a->H + j];
 }
 
+// Value i of an array of floats, or of bfloat16 values (2 bytes each) with bf16.
+static void put_value(float *p, size_t i, float x, int bf16) {
+    if (!bf16) {
+        p[i] = x;
+        return;
+    }
+    const uint16_t h = mimi_to_bf16(x);
+    memcpy((char *)p + 2 * i, &h, sizeof h);
+}
+
+static float get_value(const float *p, size_t i, int bf16) {
+    if (!bf16) return p[i];
+    uint16_t h;
+    memcpy(&h, (const char *)p + 2 * i, sizeof h);
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 static void emu_im2col(const struct op_im2col *a) {
     const int To = a->T / a->S;
     const size_t N = (size_t)a->R * To;
     for (int o = 0; o < a->ones; o++)
-        for (size_t n = 0; n < N; n++) a->col[((size_t)a->c_in * a->K + o) * N + n] = 1.0f;
+        for (size_t n = 0; n < N; n++) put_value(a->col, ((size_t)a->c_in * a->K + o) * N + n, 1.0f, a->col_bf16);
     for (int i = 0; i < a->c_in; i++)
         for (int k = 0; k < a->K; k++)
             for (int r = 0; r < a->R; r++)
                 for (int t = 0; t < To; t++)
-                    a->col[((size_t)i * a->K + k) * N + (size_t)r * To + t] = xin(a, i, r, t * a->S + k);
+                    put_value(a->col, ((size_t)i * a->K + k) * N + (size_t)r * To + t, xin(a, i, r, t * a->S + k),
+                              a->col_bf16);
 }
 
 static void emu_carry(const struct op_im2col *a) {
@@ -120,7 +141,7 @@ static void emu_gemm(const struct op_gemm *g) {
     float *pa = malloc(sizeof(float) * (size_t)g->m * g->k), *pb = malloc(sizeof(float) * (size_t)g->n * g->k);
     for (int i = 0; i < g->m; i++)
         for (int p = 0; p < g->k; p++)
-            pa[(size_t)i * g->k + p] = g->transa ? g->a[p + (size_t)i * g->lda] : g->a[i + (size_t)p * g->lda];
+            pa[(size_t)i * g->k + p] = get_value(g->a, g->transa ? p + (size_t)i * g->lda : i + (size_t)p * g->lda, g->ab_bf16);
     for (int j = 0; j < g->n; j++) {
         if (g->ln_w) {  // op(B) row j = LN(x + scale * y), x + scale * y stored to ln_out
             float *row = pb + (size_t)j * g->k;
@@ -134,7 +155,7 @@ static void emu_gemm(const struct op_gemm *g) {
             continue;
         }
         for (int p = 0; p < g->k; p++)
-            pb[(size_t)j * g->k + p] = g->transb ? g->b[j + (size_t)p * g->ldb] : g->b[p + (size_t)j * g->ldb];
+            pb[(size_t)j * g->k + p] = get_value(g->b, g->transb ? j + (size_t)p * g->ldb : p + (size_t)j * g->ldb, g->ab_bf16);
     }
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
@@ -149,6 +170,10 @@ static void emu_gemm(const struct op_gemm *g) {
 }
 
 static void emu_pointwise(const struct op_pointwise *a) {
+    if (a->mode == EW_BF16) {
+        for (size_t i = 0; i < (size_t)a->channels * a->cols; i++) put_value(a->y, i, a->x[i], 1);
+        return;
+    }
     for (int o = 0; a->mode == EW_ELU_ONES && o < a->ones; o++)
         for (size_t j = 0; j < a->cols; j++) a->y[(size_t)(a->channels + o) * a->cols + j] = 1.0f;
     for (int c = 0; c < a->channels; c++)
@@ -295,27 +320,11 @@ static void emu_positions(const struct op_attention *a) {
 // Value i of slot `slot`'s ring: f32, or bfloat16 (the high half of an f32, rounded to nearest
 // even when stored) with kv_bf16; slot_stride counts 4-byte elements either way.
 static void ring_store(const struct op_attention *a, void *ring, int slot, size_t i, float x) {
-    char *base = (char *)ring + sizeof(float) * a->slot_stride * (size_t)slot;
-    if (!a->kv_bf16) {
-        memcpy(base + sizeof(float) * i, &x, sizeof x);
-        return;
-    }
-    const uint16_t h = mimi_to_bf16(x);
-    memcpy(base + 2 * i, &h, sizeof h);
+    put_value((float *)ring + a->slot_stride * (size_t)slot, i, x, a->kv_bf16);
 }
 
 static float ring_load(const struct op_attention *a, const void *ring, int slot, size_t i) {
-    const char *base = (const char *)ring + sizeof(float) * a->slot_stride * (size_t)slot;
-    float x;
-    if (!a->kv_bf16) {
-        memcpy(&x, base + sizeof(float) * i, sizeof x);
-        return x;
-    }
-    uint16_t h;
-    memcpy(&h, base + 2 * i, sizeof h);
-    uint32_t u = (uint32_t)h << 16;
-    memcpy(&x, &u, sizeof x);
-    return x;
+    return get_value((const float *)ring + a->slot_stride * (size_t)slot, i, a->kv_bf16);
 }
 
 static void emu_rope_kv(const struct op_attention *a) {
@@ -600,14 +609,16 @@ static void agreement_check(const struct agreement *a, const char *what) {
 // The im2col and resblock scratch filled with NaN, so that a product reading a row that no op of
 // the step wrote (a missing row of ones) poisons the output.
 static void poison_products(struct emu_batch *e) {
-    // the layout's scratch order: resblock hidden activations, then im2col, then taps
-    for (size_t i = e->L.sc_res[1]; i < e->L.sc_taps; i++) e->scratch[i] = NAN;
+    // the layout's scratch order: resblock hidden activations, then im2col, then taps; a NaN
+    // whose halves are bfloat16 NaNs too
+    const uint32_t nan2 = 0x7fc07fc0u;
+    for (size_t i = e->L.sc_res[1]; i < e->L.sc_taps; i++) memcpy(&e->scratch[i], &nan2, sizeof nan2);
 }
 
-// Two steps of WIDE slots through the emulated plans and a CPU batch pair of `model`, gated by
-// agreement_check; with `poison` the product scratch is poisoned before each step.
-static void wide_agreement(struct mimi_model *model, struct emu_batch *enc, struct emu_batch *dec, const float *clip,
-                           int poison, const char *what) {
+// Two steps of WIDE slots through the emulated plans and a CPU batch pair of `model`; with
+// `poison` the product scratch is poisoned before each step.
+static struct agreement wide_steps(struct mimi_model *model, struct emu_batch *enc, struct emu_batch *dec,
+                                   const float *clip, int poison) {
     struct mimi_batch *cenc, *cdec;
     cpu_pair(model, WIDE, &cenc, &cdec);
     int list[WIDE];
@@ -619,9 +630,16 @@ static void wide_agreement(struct mimi_model *model, struct emu_batch *enc, stru
         if (poison) poison_products(enc), poison_products(dec);
         step_both(enc, dec, cenc, cdec, WIDE, list, in, &agree);
     }
-    agreement_check(&agree, what);
     mimi_batch_destroy(cenc);
     mimi_batch_destroy(cdec);
+    return agree;
+}
+
+// wide_steps gated by agreement_check.
+static void wide_agreement(struct mimi_model *model, struct emu_batch *enc, struct emu_batch *dec, const float *clip,
+                           int poison, const char *what) {
+    const struct agreement agree = wide_steps(model, enc, dec, clip, poison);
+    agreement_check(&agree, what);
 }
 
 // WIDE slots in one bucket: the plan takes the large-step ops (the fused resblock out of place,
@@ -660,10 +678,11 @@ static struct mimi_model *load_precision(int precision) {
 
 // In fast mode every conv product of a wide step reduces over a multiple of 4 rows (the bias row
 // and rows of ones against zero weights), and the emulated plan, whose products are exact f32
-// loops, still gives the CPU's codes and PCM with the padding rows poisoned beforehand.
-static void test_fast_padding(const float *clip) {
+// loops, still gives the CPU's codes and PCM with the padding rows poisoned beforehand. Returns
+// the TF32 wide encode plan's scratch size.
+static size_t test_fast_padding(const float *clip) {
     struct mimi_model *m = load_precision(MIMI_PRECISION_FAST);
-    if (!m) return;
+    if (!m) return 0;
     static struct gpu_weights w;
     CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
     struct emu_batch enc, dec;
@@ -689,6 +708,63 @@ static void test_fast_padding(const float *clip) {
     CHECK_EQ(padded, im2cols);
     CHECK_EQ(aligned, gemms);
     wide_agreement(m, &enc, &dec, clip, 1, "fast-mode wide plan vs CPU, 2 steps");
+    const size_t scratch = enc.L.scratch_elems;
+    emu_destroy(&enc);
+    emu_destroy(&dec);
+    gpu_weights_release(&w);
+    mimi_model_destroy(m);
+    return scratch;
+}
+
+// ---- bfloat16 conv products (MIMI_PRECISION_FAST_BF16) ----
+
+// The bf16 mode's wide plans: every product over 64 or more values and more columns than the
+// skinny kernel takes has bf16 operands, from an im2col written in bf16 (a transposed conv's
+// input converted first), over a reduction and weight rows of a multiple of 8 values; the others
+// stay f32; the scratch shrinks; and two steps stay close to the CPU's f32 with the scratch
+// poisoned (a sanity bound on the rounding, not a parity gate: the mode's measured fidelity is
+// mimi-bench-gpu's).
+static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
+    struct mimi_model *m = load_precision(MIMI_PRECISION_FAST_BF16);
+    if (!m) return;
+    static struct gpu_weights w;
+    CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
+    struct emu_batch enc, dec;
+    emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
+    emu_create(&dec, m, &w, MIMI_DIRECTION_DECODE, WIDE, MIMI_ATTENTION_RING, 1);
+    CHECK(enc.L.conv_bf16 && dec.L.conv_bf16 && enc.L.kv_bf16);
+    int im2col16 = 0, im2col32 = 0, gemm16 = 0, aligned = 0, convert = 0;
+    for (int d = 0; d < 2; d++) {
+        const struct gpu_plan *p = d ? &dec.plans[WIDE] : &enc.plans[WIDE];
+        for (int i = 0; i < p->n_ops; i++) {
+            const struct gpu_op *op = &p->ops[i];
+            if (op->kind == GOP_IM2COL) {
+                const struct op_im2col *a = &op->u.im2col;
+                if (a->col_bf16) im2col16++;
+                else im2col32++;
+                CHECK_EQ(a->col_bf16, a->c_in * a->K >= 64 && a->R * (a->T / a->S) > GPU_SKINNY_MAX);
+            } else if (op->kind == GOP_GEMM && op->u.gemm.ab_bf16) {
+                gemm16++;
+                aligned += op->u.gemm.k % 8 == 0 && op->u.gemm.ldb % 8 == 0;
+            } else if (op->kind == GOP_POINTWISE && op->u.pointwise.mode == EW_BF16) {
+                convert++;
+            }
+        }
+    }
+    printf("  bf16 wide plans: %d im2col in bf16 (%d f32), %d bf16 products (%d aligned), %d conversions; "
+           "scratch %zu floats (TF32 %zu)\n",
+           im2col16, im2col32, gemm16, aligned, convert, enc.L.scratch_elems, fast_scratch_elems);
+    CHECK(im2col16 > 0);
+    CHECK(convert > 0);
+    CHECK_EQ(gemm16, im2col16 + convert);
+    CHECK_EQ(aligned, gemm16);
+    CHECK(enc.L.scratch_elems < fast_scratch_elems);
+    const struct agreement a = wide_steps(m, &enc, &dec, clip, 1);
+    const double rel = sqrt(a.num / (a.den > 0 ? a.den : 1));
+    printf("  bf16 wide plan vs CPU f32, 2 steps: codes equal %lld/%lld, decoded pcm rel_l2 %.3e\n",
+           (long long)a.equal, (long long)a.total, rel);
+    CHECK(a.equal >= a.total * 9 / 10);
+    CHECK(rel > 0 && rel <= 2e-2);
     emu_destroy(&enc);
     emu_destroy(&dec);
     gpu_weights_release(&w);
@@ -990,7 +1066,7 @@ int main(int argc, char **argv) {
     test_offline_schedule(model, &w, clip);
     test_wide_plan(model, &w, clip);
     test_bf16_rings(clip, enc.L.slot_elems);
-    test_fast_padding(clip);
+    test_bf16_convs(clip, test_fast_padding(clip));
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
            enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,
            dec.plans[1].n_ops, dec.plans[CAP].n_ops);

@@ -11,7 +11,8 @@
     "                        avx512 or neon (default auto: the best the CPU has)\n"                \
     "  --weights W           f32 (default) or bf16 (half the bytes; see the README for its fidelity)\n" \
     "  --precision P         GPU arithmetic with --backend cuda: strict (default, f32), fast (TF32\n" \
-    "                        tensor cores) or bf16kv (fast, and bfloat16 attention rings)\n"
+    "                        tensor cores), bf16kv (fast, and bfloat16 attention rings) or bf16\n" \
+    "                        (bf16kv, and the SEANets' large products on bfloat16 tensor cores)\n"
 
 // ---- mimi --help ----
 

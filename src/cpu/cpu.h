@@ -131,10 +131,6 @@ const struct mimi_kernels *mimi_kernels_get(int isa);
 // ---- packing (pack.c) ----
 
 // Packs (rows, cols) row-major weights (row stride ld) into panels; bias (rows) may be NULL.
-// The bfloat16 nearest to x (round to nearest even, NaN kept a quiet NaN), as its bits: the
-// rounding of the packed bf16 weights, and of __float2bfloat16_rn on the GPU.
-uint16_t mimi_to_bf16(float x);
-
 // bf16: store bfloat16 (round to nearest even); round_only: f32 panels holding bf16-rounded
 // values. Returns NULL when out of memory.
 struct mimi_packed *mimi_pack_matrix(struct mimi_cpu *cpu, const float *w, int rows, int cols,

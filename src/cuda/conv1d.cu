@@ -1,53 +1,79 @@
 /*
  * conv1d.cu - the streaming Conv1d (spec 5.1; reference src/nn/conv.c): im2col over
- * [history | f(x)] for the large products, which then are one cuBLAS call (matmul.cu); the whole
- * conv in one kernel for the small ones (one stream's SEANet); and the carry of the newest
+ * [history | f(x)] (f32, or bfloat16 for MIMI_PRECISION_FAST_BF16's products) for the large
+ * products, which then are one cuBLAS call (matmul.cu); the whole conv in one kernel for the
+ * small ones (one stream's SEANet); and the carry of the newest
  * history columns: a launch after the conv for large steps, or for small ones staged by the
  * direct kernel and stored with every other layer's at the step's end (tails_kernel).
  */
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "direct.cuh"
 
 // ---- im2col ----
 
+// Stores of the im2col matrix: f32, or bfloat16 rounded to nearest even (BF16: col_bf16), at an
+// index in values; put4 writes values 4 q .. 4 q + 3 as one 16-byte (f32) or 8-byte (bf16) store.
+template <bool BF16>
+static __device__ __forceinline__ void put1(float *col, size_t i, float v) {
+    if (BF16) ((__nv_bfloat16 *)col)[i] = __float2bfloat16_rn(v);
+    else col[i] = v;
+}
+
+template <bool BF16>
+static __device__ __forceinline__ void put4(float *col, size_t q, float v0, float v1, float v2, float v3) {
+    if (BF16) {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v0, v1), hi = __floats2bfloat162_rn(v2, v3);
+        ((uint2 *)col)[q] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
+    } else {
+        ((float4 *)col)[q] = make_float4(v0, v1, v2, v3);
+    }
+}
+
+// The first value of im2col row i's K taps (i >= c_in: row c_in*K + i - c_in, a row of ones).
+static __device__ __forceinline__ size_t col_row(const struct op_im2col &a, int i, int K, size_t N) {
+    return (i < a.c_in ? (size_t)i * K : (size_t)a.c_in * K + i - a.c_in) * N;
+}
+
 // col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (and
-// the rows of ones after them: i >= c_in is row c_in*K + i - c_in), x the output columns; each
-// thread writes its column's K taps, so the index arithmetic is done once per K values and
-// consecutive threads write consecutive columns.
+// the rows of ones after them), x the output columns; each thread writes its column's K taps, so
+// the index arithmetic is done once per K values and consecutive threads write consecutive columns.
+template <bool BF16>
 static __global__ void im2col_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float *col = a.col + (i < a.c_in ? (size_t)i * a.K : (size_t)a.c_in * a.K + i - a.c_in) * N;
+        const size_t row = col_row(a, i, a.K, N);
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
             if (i >= a.c_in) {
-                col[n] = 1.0f;
+                put1<BF16>(a.col, row + n, 1.0f);
                 continue;
             }
             const unsigned r = n / To, t = n - r * To;
-            for (int k = 0; k < a.K; k++) col[(size_t)k * N + n] = xin(a, i, r, t * a.S + k);
+            for (int k = 0; k < a.K; k++) put1<BF16>(a.col, row + (size_t)k * N + n, xin(a, i, r, t * a.S + k));
         }
     }
 }
 
 // The same with four consecutive columns per thread (one row r: T_out is a multiple of 4), each
-// tap written as one 16-byte store: a quarter of the store instructions of the kernel above.
+// tap written as one store: a quarter of the store instructions of the kernel above.
+template <bool BF16>
 static __global__ void im2col4_kernel(const struct op_im2col a) {
     pdl_begin();
     const unsigned To = a.T / a.S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float4 *col = (float4 *)(a.col + (i < a.c_in ? (size_t)i * a.K : (size_t)a.c_in * a.K + i - a.c_in) * N);
+        const size_t row4 = col_row(a, i, a.K, N) / 4;
         for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
             if (i >= a.c_in) {
-                col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                put4<BF16>(a.col, row4 + n4, 1.0f, 1.0f, 1.0f, 1.0f);
                 continue;
             }
             const unsigned n = 4 * n4, r = n / To, t = n - r * To;
             for (int k = 0; k < a.K; k++) {
                 const int j = (int)t * a.S + k;
-                col[(size_t)k * N4 + n4] = make_float4(xin(a, i, r, j), xin(a, i, r, j + a.S), xin(a, i, r, j + 2 * a.S),
-                                                       xin(a, i, r, j + 3 * a.S));
+                put4<BF16>(a.col, row4 + (size_t)k * N4 + n4, xin(a, i, r, j), xin(a, i, r, j + a.S),
+                           xin(a, i, r, j + 2 * a.S), xin(a, i, r, j + 3 * a.S));
             }
         }
     }
@@ -58,17 +84,17 @@ static __global__ void im2col4_kernel(const struct op_im2col a) {
 // VEC (rows 16-byte aligned, H = K - S) they are read as 16-byte loads from the aligned float at
 // or before the first; the last one read is the row's float (t + 3)*S + S - 1 - H, which ends a
 // 16-byte group, so the loads never pass the row.
-template <int K, int S, bool VEC>
+template <int K, int S, bool VEC, bool BF16>
 static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
     pdl_begin();
     constexpr int NIN = 3 * S + K, H = K - S, O = (4 - H % 4) % 4;
     static_assert((O + NIN) % 4 == 0, "the loads end a 16-byte group");
     const unsigned To = a.T / S, N4 = (unsigned)a.R * To / 4, N = 4 * N4;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
-        float4 *col = (float4 *)(a.col + (i < a.c_in ? (size_t)i * K : (size_t)a.c_in * K + i - a.c_in) * N);
+        const size_t row4 = col_row(a, i, K, N) / 4;
         for (unsigned n4 = blockIdx.x * blockDim.x + threadIdx.x; n4 < N4; n4 += gridDim.x * blockDim.x) {
             if (i >= a.c_in) {
-                col[n4] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                put4<BF16>(a.col, row4 + n4, 1.0f, 1.0f, 1.0f, 1.0f);
                 continue;
             }
             const unsigned n = 4 * n4, r = n / To, t = n - r * To;
@@ -93,24 +119,25 @@ static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
                 for (int u = 0; u < NIN; u++) v[u] = xin(a, i, r, j0 + u);
             }
 #pragma unroll
-            for (int k = 0; k < K; k++) col[(size_t)k * N4 + n4] = make_float4(v[k], v[k + S], v[k + 2 * S], v[k + 3 * S]);
+            for (int k = 0; k < K; k++) put4<BF16>(a.col, row4 + (size_t)k * N4 + n4, v[k], v[k + S], v[k + 2 * S], v[k + 3 * S]);
         }
     }
 }
 
 // The (K, S) pairs of Mimi's SEANet and resampling convs get im2col4_ks_kernel.
-template <bool VEC>
+template <bool VEC, bool BF16>
 static void (*im2col4_for(int K, int S))(const struct op_im2col) {
-    if (K == 3 && S == 1) return im2col4_ks_kernel<3, 1, VEC>;
-    if (K == 7 && S == 1) return im2col4_ks_kernel<7, 1, VEC>;
-    if (K == 4 && S == 2) return im2col4_ks_kernel<4, 2, VEC>;
-    if (K == 8 && S == 4) return im2col4_ks_kernel<8, 4, VEC>;
-    if (K == 10 && S == 5) return im2col4_ks_kernel<10, 5, VEC>;
-    if (K == 12 && S == 6) return im2col4_ks_kernel<12, 6, VEC>;
-    if (K == 16 && S == 8) return im2col4_ks_kernel<16, 8, VEC>;
-    return im2col4_kernel;
+    if (K == 3 && S == 1) return im2col4_ks_kernel<3, 1, VEC, BF16>;
+    if (K == 7 && S == 1) return im2col4_ks_kernel<7, 1, VEC, BF16>;
+    if (K == 4 && S == 2) return im2col4_ks_kernel<4, 2, VEC, BF16>;
+    if (K == 8 && S == 4) return im2col4_ks_kernel<8, 4, VEC, BF16>;
+    if (K == 10 && S == 5) return im2col4_ks_kernel<10, 5, VEC, BF16>;
+    if (K == 12 && S == 6) return im2col4_ks_kernel<12, 6, VEC, BF16>;
+    if (K == 16 && S == 8) return im2col4_ks_kernel<16, 8, VEC, BF16>;
+    return im2col4_kernel<BF16>;
 }
 
+template <bool BF16>
 static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     const size_t N = (size_t)a->R * (a->T / a->S);
     const int rows = a->c_in + a->ones;
@@ -119,16 +146,17 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
         const dim3 grid = grid_rows(N / 4, 256, rows);
         const bool vec = a->T % 4 == 0 && (uintptr_t)a->x % 16 == 0 && a->H == a->K - a->S;
-        pdl_launch(vec ? im2col4_for<true>(a->K, a->S) : im2col4_for<false>(a->K, a->S), grid, 256, 0, ex, *a);
+        pdl_launch(vec ? im2col4_for<true, BF16>(a->K, a->S) : im2col4_for<false, BF16>(a->K, a->S), grid, 256, 0, ex,
+                   *a);
         return launch_status(ex, "im2col");
     }
     const dim3 grid = grid_rows(N, 256, rows);
-    pdl_launch(im2col_kernel, grid, 256, 0, ex, *a);
+    pdl_launch(im2col_kernel<BF16>, grid, 256, 0, ex, *a);
     return launch_status(ex, "im2col");
 }
 
 extern "C" int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
-    return launch_im2col(a, ex);
+    return a->col_bf16 ? launch_im2col<true>(a, ex) : launch_im2col<false>(a, ex);
 }
 
 // ---- direct conv ----

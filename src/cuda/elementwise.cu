@@ -1,11 +1,12 @@
 /*
  * elementwise.cu - per-element ops of the plans: bias (with ELU or a residual add), ELU, GELU,
- * the (a, b) -> (b, a) transpose between the conv layout and the transformer's rows, and the
- * end-of-step counter update. References: src/nn/ops_ref.c, src/nn/seanet.c.
+ * rounding to bfloat16, the (a, b) -> (b, a) transpose between the conv layout and the
+ * transformer's rows, and the end-of-step counter update. References: src/nn/ops_ref.c, src/nn/seanet.c.
  *
  * Additions and products use explicit round-to-nearest intrinsics where the CPU reference rounds
  * each operation separately, so that no fused multiply-add changes the result.
  */
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "common.cuh"
@@ -52,7 +53,28 @@ static __global__ void act4_kernel(const struct op_pointwise a, int rows) {
     }
 }
 
+// EW_BF16: y (bf16) = x, four values per thread (8-byte stores) where the sizes allow.
+static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
+    pdl_begin();
+    __nv_bfloat16 *y = (__nv_bfloat16 *)a.y;
+    FOR_EACH(j, n / 4) {
+        const float4 v = ((const float4 *)a.x)[j];
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        ((uint2 *)y)[j] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
+    }
+    FOR_EACH(j, n % 4) y[n / 4 * 4 + j] = __float2bfloat16_rn(a.x[n / 4 * 4 + j]);
+}
+
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
+    if (a->mode == EW_BF16) {
+        const size_t n = (size_t)a->channels * a->cols;
+        if ((uintptr_t)a->x % 16 || (uintptr_t)a->y % 8) {
+            if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "to_bf16: operands not aligned");
+            return MIMI_EINVAL;
+        }
+        pdl_launch(to_bf16_kernel, grid_for(n / 4 + 1, 256), 256, 0, ex, *a, n);
+        return launch_status(ex, "to_bf16");
+    }
     const int rows = a->channels + (a->mode == EW_ELU_ONES ? a->ones : 0);
     if ((a->mode == EW_ELU || a->mode == EW_ELU_ONES || a->mode == EW_GELU) && a->cols % 4 == 0 &&
         (uintptr_t)a->y % 16 == 0) {

@@ -364,6 +364,7 @@ static int launch_skinny_rows(struct skinny s, struct gpu_exec *ex) {
 // Maps a column-major product onto the skinny form when one side has few columns and the other
 // operand (the weights) is contiguous along k; 0 when it does not fit.
 static int as_skinny(const struct op_gemm *g, struct skinny *s) {
+    if (g->ab_bf16) return 0;  // cuBLAS's alone
     // (w, x, c, wj, xs, xp, cj, cs, J, S) of the three shapes
     auto set = [&](const float *w, const float *x, long long wj, long long xs, long long xp, long long cj, long long cs,
                    int J, int S) {
@@ -404,12 +405,15 @@ static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
 // cuBLAS's default algorithm for g's product.
 static int gemm_default(const struct op_gemm *g, struct gpu_exec *ex) {
     const float alpha = 1.0f, beta = g->beta;
-    const cublasComputeType_t compute = ex->precision == MIMI_PRECISION_STRICT ? CUBLAS_COMPUTE_32F
-                                                                               : CUBLAS_COMPUTE_32F_FAST_TF32;
+    // bf16 operands accumulate in f32 (CUBLAS_COMPUTE_32F); f32 ones in f32 or on TF32 cores
+    const cublasComputeType_t compute = ex->precision == MIMI_PRECISION_STRICT || g->ab_bf16
+                                            ? CUBLAS_COMPUTE_32F
+                                            : CUBLAS_COMPUTE_32F_FAST_TF32;
+    const cudaDataType_t ab = g->ab_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasStatus_t st = cublasGemmEx((cublasHandle_t)ex->cublas, g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a,
-                                     CUDA_R_32F, g->lda, g->b, CUDA_R_32F, g->ldb, &beta, g->c, CUDA_R_32F,
-                                     g->ldc, compute, CUBLAS_GEMM_DEFAULT);
+                                     g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &alpha, g->a, ab,
+                                     g->lda, g->b, ab, g->ldb, &beta, g->c, CUDA_R_32F, g->ldc, compute,
+                                     CUBLAS_GEMM_DEFAULT);
     if (st == CUBLAS_STATUS_SUCCESS) return MIMI_OK;
     if (ex->errmsg)
         snprintf(ex->errmsg, ex->errlen, "cublasGemmEx (%d x %d x %d): %s", g->m, g->n, g->k,

@@ -63,13 +63,14 @@ struct gpu_split {
 // its first column f(x[i, r, 0]) as history.
 struct op_im2col {
     const float *x;          // (c_in, R, T)
-    float *col;              // (c_in*K + ones, R*T/S)
+    float *col;              // (c_in*K + ones, R*T/S): floats, or bfloat16 values with col_bf16
     const float *hist;       // slot 0's history (c_in, H); NULL when H = 0
     const int32_t *started;  // slot 0's started flag
     const int32_t *row_slot; // (R)
     size_t slot_stride;
     int c_in, K, S, H, T, R, elu, replicate;
     int ones;  // rows of ones after the c_in*K: the bias row, in fast mode padded (plan.c's reduction)
+    int col_bf16;  // col holds bfloat16 (2 bytes each, rounded to nearest even): MIMI_PRECISION_FAST_BF16
 };
 int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 
@@ -169,6 +170,8 @@ struct op_gemm {
     float *ln_out;
     float ln_eps;
     const void *algo;  // a cublasLtMatmulAlgo_t chosen by mimi_cuda_gemm_tune, or NULL: cuBLAS's default
+    int ab_bf16;  // a and b point to bfloat16 values (2 bytes each; lda and ldb count them): cuBLAS
+                  // on bf16 tensor cores with f32 accumulation (MIMI_PRECISION_FAST_BF16's convs)
 };
 #define GPU_LN_MAX_FLOATS 8192
 int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
@@ -195,6 +198,7 @@ enum {
     EW_ELU = 3,       // y = elu(y)
     EW_GELU = 4,      // y = gelu(y), exact erf form
     EW_ELU_ONES = 5,  // y = elu(y), and the `ones` rows after the last channel = 1.0
+    EW_BF16 = 6,      // y (bfloat16 values, 2 bytes each) = x rounded to nearest even
 };
 
 // y, x: (channels, cols).

@@ -84,6 +84,14 @@ static void rope_table(float *out, const struct transformer *t) {
 
 int gpu_conv_ld(int k) { return (k + 3) & ~3; }
 
+// MIMI_PRECISION_FAST_BF16 runs a conv's product on bfloat16 operands when it reduces over at
+// least this many values (c_in*K): below, as in the first conv (7 taps of one channel), the
+// product is bound by its f32 output and bf16 would only round the signal.
+#define BF16_MIN_REDUCTION 64
+// The row stride of a bf16 conv weight with its bias column, and so the rows of its im2col: a
+// multiple of 8 values, for cuBLAS's 16-byte aligned bf16 kernels.
+static int conv_ld_bf16(int k) { return (k + 7) & ~7; }
+
 // n zeroed floats on the host that gpu_weights_release frees; NULL when out of memory or room.
 static float *owned_floats(struct gpu_weights *w, size_t n) {
     if (w->n_owned == (int)(sizeof w->owned / sizeof w->owned[0])) return NULL;
@@ -119,8 +127,30 @@ static const float *map_transposed(struct gpu_weights *w, const struct mimi_conv
     return map(ctx, packed, (ck + 1) * c->c_out);
 }
 
+// n values of `src` in bfloat16 (mimi_to_bf16), packed two to a float for mapping.
+static const float *map_bf16(struct gpu_weights *w, const float *src, size_t n, gpu_map_fn map, void *ctx) {
+    float *packed = owned_floats(w, (n + 1) / 2);
+    if (!packed) return NULL;
+    uint16_t *h = (uint16_t *)packed;
+    for (size_t i = 0; i < n; i++) h[i] = mimi_to_bf16(src[i]);
+    return map(ctx, packed, (n + 1) / 2);
+}
+
+// map_with_bias's packing in bfloat16, rows padded to conv_ld_bf16(c_in*K + 1) values.
+static const float *map_with_bias_bf16(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
+    const size_t ck = (size_t)c->c_in * c->kernel, ld = (size_t)conv_ld_bf16((int)ck + 1), n = ld * c->c_out;
+    float *packed = owned_floats(w, (n + 1) / 2);
+    if (!packed) return NULL;
+    uint16_t *h = (uint16_t *)packed;
+    for (int o = 0; o < c->c_out; o++) {
+        for (size_t k = 0; k < ck; k++) h[o * ld + k] = mimi_to_bf16(c->weight[o * ck + k]);
+        h[o * ld + ck] = mimi_to_bf16(c->bias ? c->bias[o] : 0.0f);
+    }
+    return map(ctx, packed, (n + 1) / 2);
+}
+
 static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, gpu_map_fn map,
-                       void *ctx) {
+                       void *ctx, int bf16) {
     for (int i = 0; i < s->n_layers; i++) {
         const struct seanet_layer *l = &s->layers[i];
         const struct mimi_conv *c = &l->conv;
@@ -131,13 +161,19 @@ static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const stru
             MAP(out[i].w, c->groups == 1 ? c->weight_t : c->weight, (size_t)c->c_out * c->kernel * (c->groups == 1 ? c->c_in : 1));
             MAP(out[i].b, c->bias, c->c_out);
             if (rc) return rc;
+            if (bf16 && c->groups == 1) {
+                out[i].w_bf16 = map_bf16(w, c->weight_t, (size_t)c->c_out * c->kernel * c->c_in, map, ctx);
+                if (!out[i].w_bf16) return MIMI_ENOMEM;
+            }
             continue;
         }
         out[i].w = map_with_bias(w, c, map, ctx);
-        if (!out[i].w) return MIMI_ENOMEM;
+        if (out[i].w && bf16) out[i].w_bf16 = map_with_bias_bf16(w, c, map, ctx);
+        if (!out[i].w || (bf16 && !out[i].w_bf16)) return MIMI_ENOMEM;
         if (l->kind != SEANET_RESBLOCK) continue;
         out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
-        if (!out[i].w2) return MIMI_ENOMEM;
+        if (out[i].w2 && bf16) out[i].w2_bf16 = map_with_bias_bf16(w, &l->conv2, map, ctx);
+        if (!out[i].w2 || (bf16 && !out[i].w2_bf16)) return MIMI_ENOMEM;
         if (!GPU_RESBLOCK_FITS(c->c_in, c->c_out)) continue;
         out[i].w1t = map_transposed(w, c, map, ctx);
         out[i].w2t = map_transposed(w, &l->conv2, map, ctx);
@@ -178,14 +214,19 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
     memset(w, 0, sizeof *w);
     rope_table(w->freq_host[0], &m->enc_tr);
     rope_table(w->freq_host[1], &m->dec_tr);
-    rc = bind_seanet(w, w->enc, &m->encoder, map, ctx);
-    if (!rc) rc = bind_seanet(w, w->dec, &m->decoder, map, ctx);
+    const int bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
+    rc = bind_seanet(w, w->enc, &m->encoder, map, ctx, bf16);
+    if (!rc) rc = bind_seanet(w, w->dec, &m->decoder, map, ctx, bf16);
     if (!rc) rc = bind_transformer(w->enc_tr, &m->enc_tr, map, ctx);
     if (!rc) rc = bind_transformer(w->dec_tr, &m->dec_tr, map, ctx);
     MAP(w->enc_freq, w->freq_host[0], m->enc_tr.head_dim / 2);
     MAP(w->dec_freq, w->freq_host[1], m->dec_tr.head_dim / 2);
     const struct mimi_conv *dn = &m->downsample, *up = &m->upsample;
     MAP(w->down, dn->weight, (size_t)dn->c_out * dn->c_in * dn->kernel);
+    if (!rc && bf16) {
+        w->down_bf16 = map_bf16(w, dn->weight, (size_t)dn->c_out * dn->c_in * dn->kernel, map, ctx);
+        if (!w->down_bf16) rc = MIMI_ENOMEM;
+    }
     MAP(w->up, up->weight, (size_t)up->c_out * up->kernel);
     const struct quantizer *q = &m->quantizer;
     if (q->n_q > 0) {
@@ -203,6 +244,23 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
 }
 
 // ---- layout ----
+
+// The im2col scratch the convs need: per row of a step, f32 columns and bf16 ones (2-byte
+// values; MIMI_PRECISION_FAST_BF16's products, see plan_conv), and per step the f32 columns of
+// products too narrow for cuBLAS, which stay f32 in every mode.
+struct col_need {
+    size_t f32, bf16, narrow;
+};
+
+// A conv product over ck values (plus the bias row when `bias`) and T columns per row.
+static void need_col(struct col_need *n, int conv_bf16, int ck, int bias, int T) {
+    if (conv_bf16 && ck >= BF16_MIN_REDUCTION) {
+        n->bf16 = maxz(n->bf16, (size_t)conv_ld_bf16(ck + bias) * T);
+        n->narrow = maxz(n->narrow, (size_t)gpu_conv_ld(ck + bias) * GPU_SKINNY_MAX);
+    } else {
+        n->f32 = maxz(n->f32, (size_t)gpu_conv_ld(ck + bias) * T);
+    }
+}
 
 int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direction, int capacity,
                     int n_codebooks, int attention, int frames) {
@@ -231,7 +289,9 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->st_next_pos = take(&u, 1);
     L->st_started = take(&u, 1);
     L->st_positions = take(&u, (size_t)L->ring);
-    size_t act = 0, res0 = 0, res1 = 0, col = 0, taps = 0;
+    size_t act = 0, res0 = 0, res1 = 0, taps = 0;
+    struct col_need col = {0, 0, 0};
+    L->conv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
     const size_t conv_state = take(&u, 0);  // a slot's conv histories and tails start here
     int T = encode ? L->frame : L->steps;
     for (int i = 0; i < sn->n_layers; i++) {
@@ -241,16 +301,17 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         if (l->kind == SEANET_CONV) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
             T /= S;
-            col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
+            need_col(&col, L->conv_bf16, c->c_in * K, 1, T);
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_CONVTR) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S));
             if (c->groups == 1) taps = maxz(taps, (size_t)c->c_out * K * T);
+            if (c->groups == 1 && L->conv_bf16) col.bf16 = maxz(col.bf16, (size_t)c->c_in * T);  // its input (plan_convtr)
             T *= S;
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_RESBLOCK) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_in * (K - S));
-            col = maxz(col, (size_t)gpu_conv_ld(c->c_in * K + 1) * T);
+            need_col(&col, L->conv_bf16, c->c_in * K, 1, T);
             res1 = maxz(res1, (size_t)gpu_conv_ld(c->c_out + 1) * T);
             res0 = maxz(res0, (size_t)c->c_in * T);
         }
@@ -263,9 +324,10 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     const int P = rs->kernel - rs->stride;
     if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
     const size_t hist = take(&u, 0) - conv_state;  // their span, the most a step stages per row
-    if (encode) col = maxz(col, (size_t)gpu_conv_ld(rs->c_in * rs->kernel + 1) * (L->steps / rs->stride));
+    if (encode) need_col(&col, L->conv_bf16, rs->c_in * rs->kernel, 0, L->steps / rs->stride);
     // KV rings: f32, or two bfloat16 values per element
-    L->kv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16_KV && tr->head_dim == GPU_ATT_ONEPASS_HD;
+    const int bf16 = m->precision == MIMI_PRECISION_FAST_BF16_KV || m->precision == MIMI_PRECISION_FAST_BF16;
+    L->kv_bf16 = bf16 && tr->head_dim == GPU_ATT_ONEPASS_HD;
     const size_t ring_elems = (size_t)L->ring * L->d / (L->kv_bf16 ? 2 : 1);
     for (int l = 0; l < tr->n_layers; l++) {
         L->st_keys[l] = take(&u, ring_elems);
@@ -282,7 +344,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_act[1] = take(&s, act * C);
     L->sc_res[0] = take(&s, res0 * C);
     L->sc_res[1] = take(&s, res1 * C);
-    L->sc_col = take(&s, col * C);
+    L->sc_col = take(&s, maxz(maxz(col.f32 * C, (col.bf16 * C + 1) / 2), col.narrow));  // bf16: two values a float
     L->sc_taps = take(&s, taps * C);
     L->sc_x = take(&s, rows * d);
     L->sc_x2 = take(&s, rows * d);
@@ -366,7 +428,7 @@ static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int
 
 static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
                       size_t cols, int ones) {
-    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu"};
+    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu", "to_bf16"};
     struct op_pointwise *a = &emit(B, GOP_POINTWISE, names[mode])->u.pointwise;
     *a = (struct op_pointwise){y, x, bias, channels, cols, mode, ones};
 }
@@ -438,7 +500,13 @@ static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c,
     const int K = c->kernel, S = c->stride, H = K - S;
     return (struct op_im2col){x, scratch(B, B->L->sc_col), H > 0 ? hist : NULL, B->started,
                               B->row_slot, B->L->slot_elems, c->c_in, K, S, H, T, B->R, elu,
-                              c->replicate_first, ones};
+                              c->replicate_first, ones, 0};
+}
+
+// Whether a product over N columns and ck values runs on bf16 operands (MIMI_PRECISION_FAST_BF16,
+// enough values, and wide enough for cuBLAS: narrower ones go to the f32 skinny kernel).
+static int bf16_product(const struct builder *B, int N, int ck) {
+    return B->L->conv_bf16 && ck >= BF16_MIN_REDUCTION && N > GPU_SKINNY_MAX;
 }
 
 // y (c_out, R, T/S) = g(conv(f(x))) over [history | f(x)], f = ELU when `elu`, g = ELU when
@@ -446,8 +514,9 @@ static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c,
 // `with_bias`, W carries the bias as its column c_in*K (c_out, gpu_conv_ld(c_in*K + 1), zeros
 // after the bias). Large products run as im2col (with rows of ones for the bias and the zero
 // weights after it: reduction) and one matrix product, which takes post_elu = 0 and
-// accumulate = 0 only.
-static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, int with_bias,
+// accumulate = 0 only; in bfloat16 (bf16_product) with W16, W in bf16 with rows of
+// conv_ld_bf16(c_in*K + 1) values (c_in*K without bias).
+static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
@@ -466,16 +535,20 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     }
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
     // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
-    const int kk = with_bias ? reduction(B, ck) : ck;
+    const int bf16 = bf16_product(B, N, ck - with_bias);
+    if (bf16 && !W16) B->rc = MIMI_EUNSUPPORTED;
+    const int kk = bf16 ? (with_bias ? conv_ld_bf16(ck) : ck) : with_bias ? reduction(B, ck) : ck;
     struct op_im2col a = conv_input(B, c, x, T, elu, hist, kk - (ck - with_bias));
+    a.col_bf16 = bf16;
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
     if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
-    gemm(B, 0, 0, N, c->c_out, kk, a.col, N, W, ld, y, N, 0.0f);
+    gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f)->ab_bf16 = bf16;
 }
 
-// y (c_out, R, S*T) = convtr(x (c_in, R, T)), carrying each slot's tail.
-static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *bias,
-                        const float *x, float *y, int T, float *tail) {
+// y (c_out, R, S*T) = convtr(x (c_in, R, T)), carrying each slot's tail; a dense one's product
+// in bfloat16 (bf16_product) with W16, W in bf16, and x converted first.
+static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16,
+                        const float *bias, const float *x, float *y, int T, float *tail) {
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
@@ -492,7 +565,18 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
         return;
     }
     // taps (c_out*K, N) = W_packed (c_out*K, c_in) . x (c_in, N)
-    if (dense) gemm(B, 0, 0, N, c->c_out * K, c->c_in, x, N, W, c->c_in, (float *)a.taps, N, 0.0f);
+    if (dense) {
+        const int bf16 = bf16_product(B, N, c->c_in);
+        if (bf16 && !W16) B->rc = MIMI_EUNSUPPORTED;
+        const float *xin = x;
+        if (bf16) {  // x in bf16 in the im2col scratch, which no conv uses meanwhile
+            float *x16 = scratch(B, B->L->sc_col);
+            pointwise(B, EW_BF16, x16, (float *)x, NULL, 1, (size_t)c->c_in * N, 0);
+            xin = x16;
+        }
+        gemm(B, 0, 0, N, c->c_out * K, c->c_in, xin, N, bf16 ? W16 : W, c->c_in, (float *)a.taps, N, 0.0f)->ab_bf16 =
+            bf16;
+    }
     emit(B, GOP_CONVTR_OUT, "convtr_out")->u.convtr = a;
     if (K > S) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
 }
@@ -507,8 +591,8 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
-        plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 1, 0);
-        plan_conv(B, &l->conv2, w->w2, 1, mid, x, T, 0, NULL, 0, 1);
+        plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0);
+        plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1);
         return x;
     }
     if (w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
@@ -518,7 +602,7 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
         return out;
     }
-    plan_conv(B, &l->conv, w->w, 1, x, mid, T, 1, hist, 0, 0);
+    plan_conv(B, &l->conv, w->w, w->w_bf16, 1, x, mid, T, 1, hist, 0, 0);
     const int k2 = reduction(B, hid + 1);
     pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N, k2 - hid);
     gemm(B, 0, 0, N, c, k2, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);
@@ -544,14 +628,14 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV:
-            plan_conv(B, c, w[i].w, 1, src, act[cur], T, pending_elu, mem, 0, 0);
+            plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0);
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;
             T /= c->stride;
             break;
         case SEANET_CONVTR:
-            plan_convtr(B, c, w[i].w, w[i].b, src, act[cur], T, mem);
+            plan_convtr(B, c, w[i].w, w[i].w_bf16, w[i].b, src, act[cur], T, mem);
             in = act[cur];
             cur ^= 1;
             T *= c->stride;
@@ -725,7 +809,7 @@ static void plan_encode(struct builder *B, const struct gpu_weights *w) {
     float *tr = scratch(B, L->sc_tr_out), *latent = scratch(B, L->sc_latent);
     if (sea) plan_transformer(B, &m->enc_tr, w->enc_tr, w->enc_freq, sea, tr);
     B->stage = "enc.downsample";
-    plan_conv(B, &m->downsample, w->down, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0);
+    plan_conv(B, &m->downsample, w->down, w->down_bf16, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0);
     B->stage = "enc.quantizer";
     if (m->quantizer.n_q > 0) plan_rvq_encode(B, &m->quantizer, w, latent, p->output);
     else transpose(B, latent, p->output, L->frame_dim, B->R * L->frames);
@@ -745,7 +829,7 @@ static void plan_decode(struct builder *B, const struct gpu_weights *w) {
     else gemm(B, 1, 0, B->R * L->frames, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
               latent, B->R * L->frames, 0.0f);
     B->stage = "dec.upsample";
-    plan_convtr(B, &m->upsample, w->up, NULL, latent, up, L->frames, state(B, L->st_resample));
+    plan_convtr(B, &m->upsample, w->up, NULL, NULL, latent, up, L->frames, state(B, L->st_resample));
     B->stage = "dec.transformer";
     plan_transformer(B, &m->dec_tr, w->dec_tr, w->dec_freq, up, tr);
     B->stage = "dec.seanet";

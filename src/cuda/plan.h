@@ -24,8 +24,11 @@ int gpu_conv_ld(int k);
 // dense transposed conv packed (c_out*K, c_in) with its bias `b`, or a depthwise one (c, K);
 // `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1); `w1t` and `w2t` are a
 // resblock's two convs transposed for op_resblock, (c_in*K + 1, c_out) with the bias as last row.
+// With MIMI_PRECISION_FAST_BF16, `w_bf16` and `w2_bf16` are `w` and `w2` (dense ones) in
+// bfloat16, rounded to nearest even, with the same layout and row stride in 2-byte values.
 struct gpu_conv_w {
     const float *w, *b, *w2, *w1t, *w2t;
+    const float *w_bf16, *w2_bf16;
 };
 
 struct gpu_layer_w {
@@ -40,11 +43,12 @@ struct gpu_weights {
     struct gpu_layer_w enc_tr[GPU_MAX_LAYERS], dec_tr[GPU_MAX_LAYERS];
     const float *enc_freq, *dec_freq;  // (head_dim/2) rotary frequencies
     const float *down, *up;            // (frame_dim, d*K) and depthwise (d, K)
+    const float *down_bf16;            // `down` in bfloat16 (MIMI_PRECISION_FAST_BF16)
     const float *in_first, *in_rest, *out_first, *out_rest;  // quantizer projections
     const float *codebooks, *norms;    // (n_q, bins, dim), (n_q, bins)
     const float *projection;           // (d, frame_dim) when the model has no quantizer
     float freq_host[2][GPU_MAX_HEAD_DIM / 2];  // the rotary tables before mapping
-    float *owned[4 * MIMI_MAX_SEANET_LAYERS];   // host copies made for mapping (packed convs)
+    float *owned[8 * MIMI_MAX_SEANET_LAYERS];   // host copies made for mapping (packed convs)
     int n_owned;
 };
 
@@ -66,7 +70,8 @@ struct gpu_layout {
     int direction, capacity, n_codebooks, attention;
     int frames;  // frames of one row per step: 1, or more for a whole-signal (offline) batch
     int ring, steps, frame, d, frame_dim, in_per_row, out_per_row;
-    int kv_bf16;  // attention rings in bfloat16 (MIMI_PRECISION_FAST_BF16_KV)
+    int kv_bf16;  // attention rings in bfloat16 (MIMI_PRECISION_FAST_BF16_KV and _FAST_BF16)
+    int conv_bf16;  // large conv products on bfloat16 operands, sc_col in 2-byte values (_FAST_BF16)
     size_t slot_elems;
     size_t st_next_pos, st_started, st_positions, st_resample;
     size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];
