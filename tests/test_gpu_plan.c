@@ -170,8 +170,9 @@ static void emu_gemm(const struct op_gemm *g) {
 }
 
 static void emu_pointwise(const struct op_pointwise *a) {
-    if (a->mode == EW_BF16) {
-        for (size_t i = 0; i < (size_t)a->channels * a->cols; i++) put_value(a->y, i, a->x[i], 1);
+    if (a->mode == EW_BF16 || a->mode == EW_ELU_BF16) {
+        for (size_t i = 0; i < (size_t)a->channels * a->cols; i++)
+            put_value(a->y, i, a->mode == EW_ELU_BF16 ? elu(a->x[i]) : a->x[i], 1);
         return;
     }
     for (int o = 0; a->mode == EW_ELU_ONES && o < a->ones; o++)
@@ -720,10 +721,10 @@ static size_t test_fast_padding(const float *clip) {
 
 // The bf16 mode's wide plans: every product over 64 or more values and more columns than the
 // skinny kernel takes has bf16 operands, from an im2col written in bf16 (a transposed conv's
-// input converted first), over a reduction and weight rows of a multiple of 8 values; the others
-// stay f32; the scratch shrinks; and two steps stay close to the CPU's f32 with the scratch
-// poisoned (a sanity bound on the rounding, not a parity gate: the mode's measured fidelity is
-// mimi-bench-gpu's).
+// input converted first, with the ELU before it), over a reduction and weight rows of a multiple
+// of 8 values; the others stay f32; the scratch shrinks; and two steps stay close to the CPU's
+// f32 with the scratch poisoned (a sanity bound on the rounding, not a parity gate: the mode's
+// measured fidelity is mimi-bench-gpu's).
 static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     struct mimi_model *m = load_precision(MIMI_PRECISION_FAST_BF16);
     if (!m) return;
@@ -733,7 +734,7 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
     emu_create(&dec, m, &w, MIMI_DIRECTION_DECODE, WIDE, MIMI_ATTENTION_RING, 1);
     CHECK(enc.L.conv_bf16 && dec.L.conv_bf16 && enc.L.kv_bf16);
-    int im2col16 = 0, im2col32 = 0, gemm16 = 0, aligned = 0, convert = 0;
+    int im2col16 = 0, im2col32 = 0, gemm16 = 0, aligned = 0, convert = 0, convert_elu = 0, elu_passes = 0;
     for (int d = 0; d < 2; d++) {
         const struct gpu_plan *p = d ? &dec.plans[WIDE] : &enc.plans[WIDE];
         for (int i = 0; i < p->n_ops; i++) {
@@ -746,16 +747,22 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
             } else if (op->kind == GOP_GEMM && op->u.gemm.ab_bf16) {
                 gemm16++;
                 aligned += op->u.gemm.k % 8 == 0 && op->u.gemm.ldb % 8 == 0;
-            } else if (op->kind == GOP_POINTWISE && op->u.pointwise.mode == EW_BF16) {
+            } else if (op->kind == GOP_POINTWISE && op->u.pointwise.mode == EW_ELU) {
+                elu_passes++;
+            } else if (op->kind == GOP_POINTWISE &&
+                       (op->u.pointwise.mode == EW_BF16 || op->u.pointwise.mode == EW_ELU_BF16)) {
                 convert++;
+                convert_elu += op->u.pointwise.mode == EW_ELU_BF16;
             }
         }
     }
-    printf("  bf16 wide plans: %d im2col in bf16 (%d f32), %d bf16 products (%d aligned), %d conversions; "
-           "scratch %zu floats (TF32 %zu)\n",
-           im2col16, im2col32, gemm16, aligned, convert, enc.L.scratch_elems, fast_scratch_elems);
+    printf("  bf16 wide plans: %d im2col in bf16 (%d f32), %d bf16 products (%d aligned), %d conversions (%d with "
+           "the ELU, %d ELU passes left); scratch %zu floats (TF32 %zu)\n",
+           im2col16, im2col32, gemm16, aligned, convert, convert_elu, elu_passes, enc.L.scratch_elems,
+           fast_scratch_elems);
     CHECK(im2col16 > 0);
-    CHECK(convert > 0);
+    CHECK(convert > 0 && convert_elu == convert);  // each with the decoder's ELU before its convtr
+    CHECK_EQ(convert + elu_passes, 4);               // the narrowest (16 columns) keeps f32 and its ELU pass
     CHECK_EQ(gemm16, im2col16 + convert);
     CHECK_EQ(aligned, gemm16);
     CHECK(enc.L.scratch_elems < fast_scratch_elems);
@@ -990,15 +997,16 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
     CHECK(worst <= 1e-5);
 }
 
-// ---- bfloat16 attention rings (MIMI_PRECISION_FAST_BF16_KV) ----
+// ---- bfloat16 attention rings (MIMI_PRECISION_FAST_BF16_KV and _FAST_BF16) ----
 
 #define BF16_FRAMES 12
 
-// The bf16 layout halves the rings, and its plan, which rounds every stored key and value to
-// bfloat16, stays close to the CPU's f32 stream: a sanity bound on the rounding (the measured
-// fidelity of the mode is mimi-bench-gpu's), not a parity gate.
-static void test_bf16_rings(const float *clip, size_t f32_slot_elems) {
-    struct mimi_model *m = load_precision(MIMI_PRECISION_FAST_BF16_KV);
+// The bf16 layout halves the rings, and one row's plan, which rounds every stored key and value
+// to bfloat16 (and, in _FAST_BF16, its transposed convs fed by the ELU in place), stays close to
+// the CPU's f32 stream: a sanity bound on the rounding (the measured fidelity of the mode is
+// mimi-bench-gpu's), not a parity gate.
+static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precision) {
+    struct mimi_model *m = load_precision(precision);
     if (!m) return;
     static struct gpu_weights w;
     CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
@@ -1030,8 +1038,9 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems) {
         }
     }
     const double rel = sqrt(num / (den > 0 ? den : 1));
-    printf("  bf16 rings: state %zu floats per slot (f32 %zu); vs CPU f32: codes equal %d/%d, pcm rel_l2 %.3e\n",
-           enc.L.slot_elems, f32_slot_elems, equal, BF16_FRAMES * N_Q, rel);
+    printf("  bf16 rings%s, one row: state %zu floats per slot (f32 %zu); vs CPU f32: codes equal %d/%d, pcm rel_l2 %.3e\n",
+           precision == MIMI_PRECISION_FAST_BF16 ? " and products" : "", enc.L.slot_elems, f32_slot_elems, equal,
+           BF16_FRAMES * N_Q, rel);
     CHECK(equal >= BF16_FRAMES * N_Q * 9 / 10);
     CHECK(rel > 0 && rel <= 2e-2);
     mimi_encoder_destroy(ce);
@@ -1065,7 +1074,8 @@ int main(int argc, char **argv) {
     test_offline_plan(model, &w, clip);
     test_offline_schedule(model, &w, clip);
     test_wide_plan(model, &w, clip);
-    test_bf16_rings(clip, enc.L.slot_elems);
+    test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_BF16_KV);
+    test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_BF16);
     test_bf16_convs(clip, test_fast_padding(clip));
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
            enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,

@@ -53,26 +53,33 @@ static __global__ void act4_kernel(const struct op_pointwise a, int rows) {
     }
 }
 
-// EW_BF16: y (bf16) = x, four values per thread (8-byte stores) where the sizes allow.
+// EW_BF16 and EW_ELU_BF16: y (bf16) = f(x), four values per thread (16-byte loads, 8-byte
+// stores), the last n % 4 one by one.
+template <bool ELU>
 static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
     pdl_begin();
     __nv_bfloat16 *y = (__nv_bfloat16 *)a.y;
     FOR_EACH(j, n / 4) {
-        const float4 v = ((const float4 *)a.x)[j];
+        float4 v = ((const float4 *)a.x)[j];
+        if (ELU) v = make_float4(elu_f(v.x), elu_f(v.y), elu_f(v.z), elu_f(v.w));
         const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
         ((uint2 *)y)[j] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
     }
-    FOR_EACH(j, n % 4) y[n / 4 * 4 + j] = __float2bfloat16_rn(a.x[n / 4 * 4 + j]);
+    FOR_EACH(j, n % 4) {
+        const float v = a.x[n / 4 * 4 + j];
+        y[n / 4 * 4 + j] = __float2bfloat16_rn(ELU ? elu_f(v) : v);
+    }
 }
 
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
-    if (a->mode == EW_BF16) {
+    if (a->mode == EW_BF16 || a->mode == EW_ELU_BF16) {
         const size_t n = (size_t)a->channels * a->cols;
         if ((uintptr_t)a->x % 16 || (uintptr_t)a->y % 8) {
             if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "to_bf16: operands not aligned");
             return MIMI_EINVAL;
         }
-        pdl_launch(to_bf16_kernel, grid_for(n / 4 + 1, 256), 256, 0, ex, *a, n);
+        pdl_launch(a->mode == EW_ELU_BF16 ? to_bf16_kernel<true> : to_bf16_kernel<false>, grid_for(n / 4 + 1, 256),
+                   256, 0, ex, *a, n);
         return launch_status(ex, "to_bf16");
     }
     const int rows = a->channels + (a->mode == EW_ELU_ONES ? a->ones : 0);

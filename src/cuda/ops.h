@@ -199,6 +199,7 @@ enum {
     EW_GELU = 4,      // y = gelu(y), exact erf form
     EW_ELU_ONES = 5,  // y = elu(y), and the `ones` rows after the last channel = 1.0
     EW_BF16 = 6,      // y (bfloat16 values, 2 bytes each) = x rounded to nearest even
+    EW_ELU_BF16 = 7,  // y (bfloat16 values) = elu(x) rounded to nearest even
 };
 
 // y, x: (channels, cols).

@@ -428,7 +428,7 @@ static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int
 
 static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
                       size_t cols, int ones) {
-    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu", "to_bf16"};
+    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu", "to_bf16", "elu_bf16"};
     struct op_pointwise *a = &emit(B, GOP_POINTWISE, names[mode])->u.pointwise;
     *a = (struct op_pointwise){y, x, bias, channels, cols, mode, ones};
 }
@@ -545,14 +545,19 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f)->ab_bf16 = bf16;
 }
 
-// y (c_out, R, S*T) = convtr(x (c_in, R, T)), carrying each slot's tail; a dense one's product
-// in bfloat16 (bf16_product) with W16, W in bf16, and x converted first.
+// y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
+// a dense one's product in bfloat16 (bf16_product) with W16, W in bf16, and f(x) converted to
+// bf16 first (one pass), else f applied to x in place.
 static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16,
-                        const float *bias, const float *x, float *y, int T, float *tail) {
+                        const float *bias, float *x, float *y, int T, float *tail, int elu) {
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
+    const int direct =
+        dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in);
+    const int bf16 = dense && !direct && bf16_product(B, N, c->c_in);
+    if (elu && !bf16) pointwise(B, EW_ELU, x, NULL, NULL, 1, (size_t)c->c_in * N, 0);
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
-    if (dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in)) {
+    if (direct) {
         // one kernel, its next tail staged (for the step's GOP_TAILS, or else in the unused taps
         // buffer, then stored)
         a.taps = NULL;
@@ -566,12 +571,11 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     }
     // taps (c_out*K, N) = W_packed (c_out*K, c_in) . x (c_in, N)
     if (dense) {
-        const int bf16 = bf16_product(B, N, c->c_in);
         if (bf16 && !W16) B->rc = MIMI_EUNSUPPORTED;
         const float *xin = x;
-        if (bf16) {  // x in bf16 in the im2col scratch, which no conv uses meanwhile
+        if (bf16) {  // f(x) in bf16 in the im2col scratch, which no conv uses meanwhile
             float *x16 = scratch(B, B->L->sc_col);
-            pointwise(B, EW_BF16, x16, (float *)x, NULL, 1, (size_t)c->c_in * N, 0);
+            pointwise(B, elu ? EW_ELU_BF16 : EW_BF16, x16, x, NULL, 1, (size_t)c->c_in * N, 0);
             xin = x16;
         }
         gemm(B, 0, 0, N, c->c_out * K, c->c_in, xin, N, bf16 ? W16 : W, c->c_in, (float *)a.taps, N, 0.0f)->ab_bf16 =
@@ -622,8 +626,10 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
         float *mem = B->L->st_conv[i] ? state(B, B->L->st_conv[i]) : NULL;
         switch (l->kind) {
         case SEANET_ELU:
-            // folded into the next conv's im2col when there is one, else applied in place
-            if (i + 1 < s->n_layers && s->layers[i + 1].kind == SEANET_CONV) pending_elu = 1;
+            // folded into the next conv's im2col or transposed conv when there is one, else
+            // applied in place
+            if (i + 1 < s->n_layers && (s->layers[i + 1].kind == SEANET_CONV || s->layers[i + 1].kind == SEANET_CONVTR))
+                pending_elu = 1;
             else if (in) pointwise(B, EW_ELU, in, NULL, NULL, 1, (size_t)l->channels_out * B->R * T, 0);
             else B->rc = MIMI_EUNSUPPORTED;
             break;
@@ -635,7 +641,9 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             T /= c->stride;
             break;
         case SEANET_CONVTR:
-            plan_convtr(B, c, w[i].w, w[i].w_bf16, w[i].b, src, act[cur], T, mem);
+            if (!in) B->rc = MIMI_EUNSUPPORTED;  // x itself is read-only (check_model: a conv first)
+            plan_convtr(B, c, w[i].w, w[i].w_bf16, w[i].b, in, act[cur], T, mem, pending_elu);
+            pending_elu = 0;
             in = act[cur];
             cur ^= 1;
             T *= c->stride;
@@ -829,7 +837,7 @@ static void plan_decode(struct builder *B, const struct gpu_weights *w) {
     else gemm(B, 1, 0, B->R * L->frames, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
               latent, B->R * L->frames, 0.0f);
     B->stage = "dec.upsample";
-    plan_convtr(B, &m->upsample, w->up, NULL, NULL, latent, up, L->frames, state(B, L->st_resample));
+    plan_convtr(B, &m->upsample, w->up, NULL, NULL, latent, up, L->frames, state(B, L->st_resample), 0);
     B->stage = "dec.transformer";
     plan_transformer(B, &m->dec_tr, w->dec_tr, w->dec_freq, up, tr);
     B->stage = "dec.seanet";
