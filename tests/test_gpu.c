@@ -212,7 +212,8 @@ static double bf16_value(uint16_t h) {
 }
 
 // One im2col over random x and histories (row 1 a padding row), ELU on, in f32 and in bf16: the
-// bf16 matrix must be the f32 one rounded by mimi_to_bf16, every value and the rows of ones.
+// bf16 matrix must be the f32 one rounded by mimi_to_bf16, every value and the rows of ones, but
+// for the few that the fast ELU puts one bf16 step away.
 static void im2col_bf16_case(int c_in, int R, int T, int K, int S) {
     const int H = K - S, ones = 3;
     const size_t N = (size_t)R * (T / S), n = ((size_t)c_in * K + ones) * N, stride = (size_t)c_in * H + 32;
@@ -249,11 +250,18 @@ static void im2col_bf16_case(int c_in, int R, int T, int K, int S) {
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(col, dcol, sizeof(float) * n, cudaMemcpyDeviceToHost);
     cudaMemcpy(col16, dcol16, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost);
-    size_t differ = 0;
-    for (size_t i = 0; i < n; i++) differ += col16[i] != mimi_to_bf16(col[i]);
-    printf("  im2col in bf16, %d channels, %d rows x %d, K %d S %d: %zu of %zu values differ from f32 rounded %s\n",
-           c_in, R, T, K, S, differ, n, msg);
+    // the bf16 matrix's ELU (elu_bf16) may round to the next bf16 value; nothing further
+    size_t step = 0, differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int d = (int)col16[i] - (int)mimi_to_bf16(col[i]);
+        step += d == 1 || d == -1;
+        differ += d > 1 || d < -1;
+    }
+    printf("  im2col in bf16, %d channels, %d rows x %d, K %d S %d: of %zu values %zu one bf16 step from f32 rounded, "
+           "%zu further %s\n",
+           c_in, R, T, K, S, n, step, differ, msg);
     CHECK_EQ(differ, 0);
+    CHECK(step <= n / 100);
     cudaFree(dx), cudaFree(dstate), cudaFree(dcol), cudaFree(dcol16), cudaFree(drs);
     free(x), free(state), free(col), free(col16);
 }
@@ -296,7 +304,7 @@ static void gemm_bf16_case(void) {
         for (size_t i = 0; i < odd; i++) {
             float v = A[i];
             if (elu) mimi_elu(&v, 1);
-            // the ELU's expm1f may differ from the CPU's in its last bit: one bf16 step allowed
+            // the fast ELU (elu_bf16) may round to the next bf16 value: one step allowed
             const int d = (int)A16[i] - (int)mimi_to_bf16(v);
             differ += elu ? d > 1 || d < -1 : d != 0;
         }

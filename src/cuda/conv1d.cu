@@ -79,6 +79,10 @@ static __global__ void im2col4_kernel(const struct op_im2col a) {
     }
 }
 
+// The ELU of the im2col kernels: elu_f, or elu_bf16 for a bf16 matrix.
+template <bool BF16>
+static __device__ __forceinline__ float elu_col(float x) { return BF16 ? elu_bf16(x) : elu_f(x); }
+
 // The same for a compile-time (K, S): the 3S + K inputs the four columns read are formed
 // (history, padding, ELU) once each, in registers, instead of once per tap that reads them. With
 // VEC (rows 16-byte aligned, H = K - S) they are read as 16-byte loads from the aligned float at
@@ -109,11 +113,11 @@ static __global__ void im2col4_ks_kernel(const struct op_im2col a) {
                     w[4 * q] = f.x, w[4 * q + 1] = f.y, w[4 * q + 2] = f.z, w[4 * q + 3] = f.w;
                 }
 #pragma unroll
-                for (int u = 0; u < NIN; u++) v[u] = a.elu ? elu_f(w[O + u]) : w[O + u];
+                for (int u = 0; u < NIN; u++) v[u] = a.elu ? elu_col<BF16>(w[O + u]) : w[O + u];
             } else if (j0 >= a.H) {  // inputs x[j0 - H ..], all inside the row
                 const float *xr = a.x + ((size_t)i * a.R + r) * a.T + (j0 - a.H);
 #pragma unroll
-                for (int u = 0; u < NIN; u++) v[u] = a.elu ? elu_f(xr[u]) : xr[u];
+                for (int u = 0; u < NIN; u++) v[u] = a.elu ? elu_col<BF16>(xr[u]) : xr[u];
             } else {
 #pragma unroll
                 for (int u = 0; u < NIN; u++) v[u] = xin(a, i, r, j0 + u);

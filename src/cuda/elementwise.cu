@@ -53,21 +53,21 @@ static __global__ void act4_kernel(const struct op_pointwise a, int rows) {
     }
 }
 
-// EW_BF16 and EW_ELU_BF16: y (bf16) = f(x), four values per thread (16-byte loads, 8-byte
-// stores), the last n % 4 one by one.
+// EW_BF16 and EW_ELU_BF16: y (bf16) = f(x) (the ELU as elu_bf16), four values per thread
+// (16-byte loads, 8-byte stores), the last n % 4 one by one.
 template <bool ELU>
 static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
     pdl_begin();
     __nv_bfloat16 *y = (__nv_bfloat16 *)a.y;
     FOR_EACH(j, n / 4) {
         float4 v = ((const float4 *)a.x)[j];
-        if (ELU) v = make_float4(elu_f(v.x), elu_f(v.y), elu_f(v.z), elu_f(v.w));
+        if (ELU) v = make_float4(elu_bf16(v.x), elu_bf16(v.y), elu_bf16(v.z), elu_bf16(v.w));
         const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
         ((uint2 *)y)[j] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
     }
     FOR_EACH(j, n % 4) {
         const float v = a.x[n / 4 * 4 + j];
-        y[n / 4 * 4 + j] = __float2bfloat16_rn(ELU ? elu_f(v) : v);
+        y[n / 4 * 4 + j] = __float2bfloat16_rn(ELU ? elu_bf16(v) : v);
     }
 }
 

@@ -70,7 +70,8 @@ struct op_im2col {
     size_t slot_stride;
     int c_in, K, S, H, T, R, elu, replicate;
     int ones;  // rows of ones after the c_in*K: the bias row, in fast mode padded (plan.c's reduction)
-    int col_bf16;  // col holds bfloat16 (2 bytes each, rounded to nearest even): MIMI_PRECISION_FAST_BF16
+    int col_bf16;  // col holds bfloat16 (2 bytes each, rounded to nearest even; the ELU as
+                   // common.cuh's elu_bf16): MIMI_PRECISION_FAST_BF16
 };
 int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 
@@ -199,7 +200,7 @@ enum {
     EW_GELU = 4,      // y = gelu(y), exact erf form
     EW_ELU_ONES = 5,  // y = elu(y), and the `ones` rows after the last channel = 1.0
     EW_BF16 = 6,      // y (bfloat16 values, 2 bytes each) = x rounded to nearest even
-    EW_ELU_BF16 = 7,  // y (bfloat16 values) = elu(x) rounded to nearest even
+    EW_ELU_BF16 = 7,  // y (bfloat16 values) = elu(x) rounded to nearest even (elu_bf16)
 };
 
 // y, x: (channels, cols).
