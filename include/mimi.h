@@ -172,7 +172,8 @@ enum mimi_backend {
  * decode pair), so a GPU holds the most streams, and attention reads half the bytes.
  * FAST_BF16: FAST_BF16_KV, and the SEANets' large conv and transposed-conv products on bfloat16
  * tensor cores: their operands (the im2col matrix or the transposed conv's input, and the weights
- * with the bias) are rounded to bfloat16 (8-bit mantissa, nearest even) and accumulated in f32.
+ * with the bias) are rounded to bfloat16 (8-bit mantissa, nearest even) and accumulated in f32;
+ * the ELUs that feed them use a faster exponential (within 1e-7, far below that rounding).
  * The im2col matrices, the largest scratch of a big step, take half the memory, so a step of many
  * streams or a whole-signal pass runs the fastest of all modes, and the least faithful.
  * Products small enough for the bandwidth-bound kernel (one stream's transformer rows, the late
