@@ -141,7 +141,8 @@ static void emu_gemm(const struct op_gemm *g) {
     float *pa = malloc(sizeof(float) * (size_t)g->m * g->k), *pb = malloc(sizeof(float) * (size_t)g->n * g->k);
     for (int i = 0; i < g->m; i++)
         for (int p = 0; p < g->k; p++)
-            pa[(size_t)i * g->k + p] = get_value(g->a, g->transa ? p + (size_t)i * g->lda : i + (size_t)p * g->lda, g->ab_bf16);
+            pa[(size_t)i * g->k + p] =
+                get_value(g->a, g->transa ? p + (size_t)i * g->lda : i + (size_t)p * g->lda, g->ab_bf16);
     for (int j = 0; j < g->n; j++) {
         if (g->ln_w) {  // op(B) row j = LN(x + scale * y), x + scale * y stored to ln_out
             float *row = pb + (size_t)j * g->k;
@@ -155,7 +156,8 @@ static void emu_gemm(const struct op_gemm *g) {
             continue;
         }
         for (int p = 0; p < g->k; p++)
-            pb[(size_t)j * g->k + p] = get_value(g->b, g->transb ? j + (size_t)p * g->ldb : p + (size_t)j * g->ldb, g->ab_bf16);
+            pb[(size_t)j * g->k + p] =
+                get_value(g->b, g->transb ? j + (size_t)p * g->ldb : p + (size_t)j * g->ldb, g->ab_bf16);
     }
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
@@ -1038,7 +1040,8 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precis
         }
     }
     const double rel = sqrt(num / (den > 0 ? den : 1));
-    printf("  bf16 rings%s, one row: state %zu floats per slot (f32 %zu); vs CPU f32: codes equal %d/%d, pcm rel_l2 %.3e\n",
+    printf("  bf16 rings%s, one row: state %zu floats per slot (f32 %zu); vs CPU f32: codes equal %d/%d, "
+           "pcm rel_l2 %.3e\n",
            precision == MIMI_PRECISION_FAST_BF16 ? " and products" : "", enc.L.slot_elems, f32_slot_elems, equal,
            BF16_FRAMES * N_Q, rel);
     CHECK(equal >= BF16_FRAMES * N_Q * 9 / 10);

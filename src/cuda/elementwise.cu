@@ -1,7 +1,8 @@
 /*
  * elementwise.cu - per-element ops of the plans: bias (with ELU or a residual add), ELU, GELU,
  * rounding to bfloat16, the (a, b) -> (b, a) transpose between the conv layout and the
- * transformer's rows, and the end-of-step counter update. References: src/nn/ops_ref.c, src/nn/seanet.c.
+ * transformer's rows, and the end-of-step counter update. References: src/nn/ops_ref.c,
+ * src/nn/seanet.c.
  *
  * Additions and products use explicit round-to-nearest intrinsics where the CPU reference rounds
  * each operation separately, so that no fused multiply-add changes the result.

@@ -306,7 +306,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         } else if (l->kind == SEANET_CONVTR) {
             if (K > S) L->st_conv[i] = take(&u, (size_t)c->c_out * (K - S));
             if (c->groups == 1) taps = maxz(taps, (size_t)c->c_out * K * T);
-            if (c->groups == 1 && L->conv_bf16) col.bf16 = maxz(col.bf16, (size_t)c->c_in * T);  // its input (plan_convtr)
+            if (c->groups == 1 && L->conv_bf16) col.bf16 = maxz(col.bf16, (size_t)c->c_in * T);  // plan_convtr's input
             T *= S;
             act = maxz(act, (size_t)c->c_out * T);
         } else if (l->kind == SEANET_RESBLOCK) {

@@ -48,7 +48,9 @@ struct gpu_weights {
     const float *codebooks, *norms;    // (n_q, bins, dim), (n_q, bins)
     const float *projection;           // (d, frame_dim) when the model has no quantizer
     float freq_host[2][GPU_MAX_HEAD_DIM / 2];  // the rotary tables before mapping
-    float *owned[8 * MIMI_MAX_SEANET_LAYERS];   // host copies made for mapping (packed convs)
+    // host copies made for mapping: per SEANet layer at most 6 (a resblock's two packed convs,
+    // their bf16 copies and their transposes), in two SEANets, and the bf16 downsampling weight
+    float *owned[12 * MIMI_MAX_SEANET_LAYERS + 1];
     int n_owned;
 };
 
