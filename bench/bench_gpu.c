@@ -605,7 +605,6 @@ int main(int argc, char **argv) {
     }
     printf("libmimi %s, CUDA backend, model %s, %d host thread%s per model\n", mimi_version_string(), path,
            host_threads, host_threads > 1 ? "s" : "");
-    const char *const *names = MODE_NAMES;
     struct mimi_model *models[N_MODES] = {NULL};
     for (int i = 0; i < N_MODES; i++)
         if (modes & (1 << i) || i == MIMI_PRECISION_STRICT) {
@@ -615,10 +614,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_MODES; i++) {
         if (!(modes & (1 << i))) continue;
         if (profile_only > 0) {
-            printf("\n== %s ==\n", names[i]);
+            printf("\n== %s ==\n", MODE_NAMES[i]);
             profile(models[i], profile_only);
         } else if (offline_only) {
-            printf("\n== %s ==\n", names[i]);
+            printf("\n== %s ==\n", MODE_NAMES[i]);
             const double target = i == MIMI_PRECISION_STRICT ? TARGET_OFFLINE_STRICT : TARGET_OFFLINE_FAST;
             const double peak = MODE_PEAKS[i];
             if (offline_files > 0) {
@@ -631,7 +630,7 @@ int main(int argc, char **argv) {
             many_files(models[i], 64, 60, target, peak);
             many_files(models[i], 256, 0, target, peak);
         } else if (i != MIMI_PRECISION_STRICT) {
-            fidelity(models[MIMI_PRECISION_STRICT], models[i], names[i], quick ? 20 : 100);
+            fidelity(models[MIMI_PRECISION_STRICT], models[i], MODE_NAMES[i], quick ? 20 : 100);
         }
     }
     for (int i = 0; i < N_MODES && !profile_only && !offline_only; i++)

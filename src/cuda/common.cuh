@@ -6,6 +6,7 @@
 #ifndef MIMI_CUDA_COMMON_CUH
 #define MIMI_CUDA_COMMON_CUH
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,6 +132,12 @@ static inline int device_sms(void) { return device_attribute(cudaDevAttrMultiPro
 
 // ELU with alpha 1, as mimi_elu.
 static __device__ __forceinline__ float elu_f(float x) { return x > 0.0f ? x : expm1f(x); }
+
+// Four values in bfloat16 (rounded to nearest even), in memory order: one 8-byte store.
+static __device__ __forceinline__ uint2 bf16x4(float v0, float v1, float v2, float v3) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v0, v1), hi = __floats2bfloat162_rn(v2, v3);
+    return make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
+}
 
 // ELU for operands rounded to bfloat16 next (MIMI_PRECISION_FAST_BF16): expm1 from the fast
 // exponential, and near 0 (where exp(x) - 1 cancels) from its Taylor polynomial to x^4. Within

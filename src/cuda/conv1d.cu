@@ -2,11 +2,10 @@
  * conv1d.cu - the streaming Conv1d (spec 5.1; reference src/nn/conv.c): im2col over
  * [history | f(x)] (f32, or bfloat16 for MIMI_PRECISION_FAST_BF16's products) for the large
  * products, which then are one cuBLAS call (matmul.cu); the whole conv in one kernel for the
- * small ones (one stream's SEANet); and the carry of the newest
- * history columns: a launch after the conv for large steps, or for small ones staged by the
- * direct kernel and stored with every other layer's at the step's end (tails_kernel).
+ * small ones (one stream's SEANet); and the carry of the newest history columns: a launch after
+ * the conv for large steps, or for small ones staged by the direct kernel and stored with every
+ * other layer's at the step's end (tails_kernel).
  */
-#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "direct.cuh"
@@ -23,12 +22,8 @@ static __device__ __forceinline__ void put1(float *col, size_t i, float v) {
 
 template <bool BF16>
 static __device__ __forceinline__ void put4(float *col, size_t q, float v0, float v1, float v2, float v3) {
-    if (BF16) {
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(v0, v1), hi = __floats2bfloat162_rn(v2, v3);
-        ((uint2 *)col)[q] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
-    } else {
-        ((float4 *)col)[q] = make_float4(v0, v1, v2, v3);
-    }
+    if (BF16) ((uint2 *)col)[q] = bf16x4(v0, v1, v2, v3);
+    else ((float4 *)col)[q] = make_float4(v0, v1, v2, v3);
 }
 
 // The first value of im2col row i's K taps (i >= c_in: row c_in*K + i - c_in, a row of ones).

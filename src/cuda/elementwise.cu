@@ -7,7 +7,6 @@
  * Additions and products use explicit round-to-nearest intrinsics where the CPU reference rounds
  * each operation separately, so that no fused multiply-add changes the result.
  */
-#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "common.cuh"
@@ -63,8 +62,7 @@ static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
     FOR_EACH(j, n / 4) {
         float4 v = ((const float4 *)a.x)[j];
         if (ELU) v = make_float4(elu_bf16(v.x), elu_bf16(v.y), elu_bf16(v.z), elu_bf16(v.w));
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-        ((uint2 *)y)[j] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
+        ((uint2 *)y)[j] = bf16x4(v.x, v.y, v.z, v.w);
     }
     FOR_EACH(j, n % 4) {
         const float v = a.x[n / 4 * 4 + j];

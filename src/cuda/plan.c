@@ -127,26 +127,28 @@ static const float *map_transposed(struct gpu_weights *w, const struct mimi_conv
     return map(ctx, packed, (ck + 1) * c->c_out);
 }
 
-// n values of `src` in bfloat16 (mimi_to_bf16), packed two to a float for mapping.
+// n zeroed bfloat16 values on the host, two to an owned float (owned_floats), and their mapping.
+static uint16_t *owned_bf16(struct gpu_weights *w, size_t n) { return (uint16_t *)owned_floats(w, (n + 1) / 2); }
+static const float *map_owned_bf16(const uint16_t *h, size_t n, gpu_map_fn map, void *ctx) {
+    return h ? map(ctx, (const float *)h, (n + 1) / 2) : NULL;
+}
+
+// n values of `src` in bfloat16 (mimi_to_bf16), for mapping.
 static const float *map_bf16(struct gpu_weights *w, const float *src, size_t n, gpu_map_fn map, void *ctx) {
-    float *packed = owned_floats(w, (n + 1) / 2);
-    if (!packed) return NULL;
-    uint16_t *h = (uint16_t *)packed;
-    for (size_t i = 0; i < n; i++) h[i] = mimi_to_bf16(src[i]);
-    return map(ctx, packed, (n + 1) / 2);
+    uint16_t *h = owned_bf16(w, n);
+    for (size_t i = 0; h && i < n; i++) h[i] = mimi_to_bf16(src[i]);
+    return map_owned_bf16(h, n, map, ctx);
 }
 
 // map_with_bias's packing in bfloat16, rows padded to conv_ld_bf16(c_in*K + 1) values.
 static const float *map_with_bias_bf16(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
     const size_t ck = (size_t)c->c_in * c->kernel, ld = (size_t)conv_ld_bf16((int)ck + 1), n = ld * c->c_out;
-    float *packed = owned_floats(w, (n + 1) / 2);
-    if (!packed) return NULL;
-    uint16_t *h = (uint16_t *)packed;
-    for (int o = 0; o < c->c_out; o++) {
+    uint16_t *h = owned_bf16(w, n);
+    for (int o = 0; h && o < c->c_out; o++) {
         for (size_t k = 0; k < ck; k++) h[o * ld + k] = mimi_to_bf16(c->weight[o * ck + k]);
         h[o * ld + ck] = mimi_to_bf16(c->bias ? c->bias[o] : 0.0f);
     }
-    return map(ctx, packed, (n + 1) / 2);
+    return map_owned_bf16(h, n, map, ctx);
 }
 
 static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, gpu_map_fn map,
@@ -537,7 +539,7 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
     const int bf16 = bf16_product(B, N, ck - with_bias);
     if (bf16 && !W16) B->rc = MIMI_EUNSUPPORTED;
-    const int kk = bf16 ? (with_bias ? conv_ld_bf16(ck) : ck) : with_bias ? reduction(B, ck) : ck;
+    const int kk = !with_bias ? ck : bf16 ? conv_ld_bf16(ck) : reduction(B, ck);
     struct op_im2col a = conv_input(B, c, x, T, elu, hist, kk - (ck - with_bias));
     a.col_bf16 = bf16;
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
