@@ -8,9 +8,11 @@
  * figure is 16 clips of 60 s). Not part of the library; bench_stream.c is the CPU's.
  *
  * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16] [--threads N]
- *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--warm N] [--ops]
- *                                            (only the per-op profile of B streams; --ops lists
- *                                            every op of the step in plan order)
+ *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--frames F] [--warm N] [--ops]
+ *                                            (only the per-op profile of B streams, or with
+ *                                            --frames of a whole-signal lane of B slots stepping
+ *                                            F frames; --ops lists every op of the step in plan
+ *                                            order)
  *        mimi-bench-gpu [--model PATH] [--modes ...] --offline [--files N] [--trim]
  *                                            (only the whole-signal figures; --files: only N files of 60 s;
  *                                            --trim: mimi_model_trim after every call)
@@ -23,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu.h"  // mimi_cuda_offline_create, for --frames: a whole-signal lane's profile
 #include "mimi.h"
 #include "synth.h"
 
@@ -381,21 +384,48 @@ static void agg_print(struct agg a, const char *title, int top) {
 static int warm_steps = STEADY_WARM;  // --warm: steps before the profiled ones
 static int print_ops;                  // --ops: every op of the profiled step, in plan order
 
-// One profiled encode and decode step of B streams (after --warm steps; default: rings full).
+static int lane_frames;  // --frames F: profile a whole-signal lane's step of F frames per slot
+
+// An encode and a decode lane of B slots stepping F frames, as the whole-signal passes make them.
+static int lane_pair(struct mimi_model *m, int B, int F, struct mimi_batch **enc, struct mimi_batch **dec,
+                     int **slots) {
+    struct mimi_batch_params bp;
+    mimi_batch_params_default(&bp);
+    bp.capacity = B;
+    bp.attention = MIMI_ATTENTION_WINDOW;
+    int err = 0;
+    *enc = mimi_cuda_offline_create(m, &bp, F, &err);
+    bp.direction = MIMI_DIRECTION_DECODE;
+    *dec = *enc ? mimi_cuda_offline_create(m, &bp, F, &err) : NULL;
+    *slots = malloc(sizeof(int) * B);
+    int ok = *enc && *dec && *slots;
+    for (int s = 0; s < B && ok; s++) ok = ((*slots)[s] = mimi_batch_open(*enc)) == s && mimi_batch_open(*dec) == s;
+    if (ok) return 0;
+    mimi_batch_destroy(*enc), mimi_batch_destroy(*dec), free(*slots);
+    *enc = *dec = NULL, *slots = NULL;
+    return -1;
+}
+
+// One profiled encode and decode step of B streams (after --warm steps; default: rings full),
+// or with --frames F of a whole-signal lane of B slots stepping F frames.
 static void profile(struct mimi_model *m, int B) {
     struct mimi_batch *enc, *dec;
     int *slots;
-    if (batch_pair(m, B, &enc, &dec, &slots)) {
+    const int F = lane_frames > 0 ? lane_frames : 1;
+    if (F > 1 ? lane_pair(m, B, F, &enc, &dec, &slots) : batch_pair(m, B, &enc, &dec, &slots)) {
         printf("  profile B=%d: the batches could not be made\n", B);
         return;
     }
-    float *pcm = calloc(1920 * (size_t)B, sizeof(float)), *out = malloc(sizeof(float) * 1920 * (size_t)B);
-    int32_t *codes = malloc(sizeof(int32_t) * 8 * (size_t)B);
+    const size_t rows = (size_t)B * F;
+    float *pcm = calloc(1920 * rows, sizeof(float)), *out = malloc(sizeof(float) * 1920 * rows);
+    int32_t *codes = malloc(sizeof(int32_t) * 8 * rows);
     if (pcm && out && codes) {
-        for (int s = 0; s < B; s++) fill_audio(pcm + (size_t)s * 1920, s, 0, 1920);
+        for (size_t s = 0; s < rows; s++) fill_audio(pcm + s * 1920, (int)(s / F), (int)(s % F), 1920);
         // steady state first: full attention rings
-        for (int k = 0; k < warm_steps; k++)
+        const int warm = F > 1 && warm_steps > 4 ? 4 : warm_steps;  // a lane's rings fill in 2 steps of 64 frames
+        for (int k = 0; k < warm; k++)
             if (mimi_batch_encode(enc, B, slots, pcm, codes) || mimi_batch_decode(dec, B, slots, codes, out)) break;
+        char fbuf[16];
         for (int dir = 0; dir < 2; dir++) {
             static struct prof p;
             for (int k = 0; k < 2; k++) {  // the second step is the one kept
@@ -404,7 +434,8 @@ static void profile(struct mimi_model *m, int B) {
                                   : mimi_batch_profile(dec, B, slots, codes, out, on_op, &p);
                 if (rc) printf("    profile failed: %s\n", mimi_strerror(rc));
             }
-            printf("  profile B=%d %s, steady state: %.1f us in ops (eager launches: more than a graph step)\n", B,
+            printf("  profile B=%d%s%s %s, steady state: %.1f us in ops (eager launches: more than a graph step)\n", B,
+                   F > 1 ? " x frames " : "", F > 1 ? (snprintf(fbuf, sizeof fbuf, "%d", F), fbuf) : "",
                    dir ? "decode" : "encode", p.by_op.total);
             agg_print(p.by_op, "by op:", 10);
             agg_print(p.by_stage, "by stage:", 6);
@@ -568,6 +599,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--max-streams") && i + 1 < argc) max_streams = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warm") && i + 1 < argc) warm_steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ops")) print_ops = 1;
+        else if (!strcmp(argv[i], "--frames") && i + 1 < argc) lane_frames = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--offline")) offline_only = 1;
         else if (!strcmp(argv[i], "--files") && i + 1 < argc) offline_files = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trim")) trim_each = 1;
@@ -587,7 +619,7 @@ int main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16] [--threads N] "
-                            "[--profile B [--warm N] [--ops]] [--offline [--files N] [--trim]] | --write-model PATH\n", argv[0]);
+                            "[--profile B [--frames F] [--warm N] [--ops]] [--offline [--files N] [--trim]] | --write-model PATH\n", argv[0]);
             return 2;
         }
     }

@@ -241,7 +241,7 @@ static void im2col_bf16_case(int c_in, int R, int T, int K, int S) {
     cudaMemcpy(dstate, state, sizeof(float) * stride * R, cudaMemcpyHostToDevice);
     cudaMemcpy(drs, row_slot, sizeof(int32_t) * R, cudaMemcpyHostToDevice);
     struct op_im2col a = {dx, dcol, dstate + 32, (const int32_t *)dstate, drs, stride, c_in, K, S, H, T, R, 1, 0,
-                          ones, 0};
+                          ones, 0, 0};
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
     CHECK_EQ(mimi_cuda_im2col(&a, &ex), MIMI_OK);
@@ -331,7 +331,44 @@ static void gemm_bf16_case(void) {
     free(A), free(Bm), free(C), free(R), free(A16), free(B16);
 }
 
+// EW_ELU_BF16 with rows of ones after the channels (the resblock's 1x1 input in FAST_BF16): the
+// channels within one bf16 step of mimi_to_bf16(elu), then exactly 1.0, over a length that is a
+// multiple of 4 (8-byte stores) and one that is not.
+static void ones_bf16_case(int channels, int cols, int ones) {
+    const size_t n = (size_t)channels * cols, total = n + (size_t)ones * cols;
+    float *x = malloc(sizeof(float) * n), *dx = NULL, *dy = NULL;
+    uint16_t *y = malloc(sizeof(uint16_t) * (total + 8));
+    CHECK(x && y);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * n), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(uint16_t) * (total + 8)), cudaSuccess);
+    if (!x || !y || !dx || !dy) return;
+    for (size_t i = 0; i < n; i++) x[i] = 4.0f * (test_rng_float() - 0.5f);
+    cudaMemcpy(dx, x, sizeof(float) * n, cudaMemcpyHostToDevice);
+    cudaMemset(dy, 0, sizeof(uint16_t) * (total + 8));
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    struct op_pointwise cv = {dy, dx, NULL, channels, (size_t)cols, EW_ELU_BF16, ones};
+    CHECK_EQ(mimi_cuda_pointwise(&cv, &ex), MIMI_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(y, dy, sizeof(uint16_t) * (total + 8), cudaMemcpyDeviceToHost);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        mimi_elu(&v, 1);
+        const int d = (int)y[i] - (int)mimi_to_bf16(v);
+        differ += d > 1 || d < -1;
+    }
+    for (size_t i = n; i < total; i++) differ += y[i] != mimi_to_bf16(1.0f);
+    for (size_t i = total; i < total + 8; i++) differ += y[i] != 0;  // past the ones: untouched
+    printf("  bf16 conversion with the ELU, %d x %d and %d rows of ones: %zu values wrong %s\n", channels, cols, ones,
+           differ, msg);
+    CHECK_EQ(differ, 0);
+    cudaFree(dx), cudaFree(dy), free(x), free(y);
+}
+
 static void test_bf16_operands(void) {
+    ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
+    ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one
     im2col_bf16_case(4, 64, 2048, 8, 4);  // 32768 columns, (8, 4): four columns a thread, 16-byte loads
     im2col_bf16_case(2, 36, 3644, 7, 1);  // 131184 columns, (7, 1)
     im2col_bf16_case(2, 16, 2048, 5, 1);  // 32768 columns, a (K, S) without its own kernel

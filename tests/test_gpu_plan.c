@@ -175,6 +175,7 @@ static void emu_pointwise(const struct op_pointwise *a) {
     if (a->mode == EW_BF16 || a->mode == EW_ELU_BF16) {
         for (size_t i = 0; i < (size_t)a->channels * a->cols; i++)
             put_value(a->y, i, a->mode == EW_ELU_BF16 ? elu(a->x[i]) : a->x[i], 1);
+        for (size_t i = 0; i < (size_t)a->ones * a->cols; i++) put_value(a->y, (size_t)a->channels * a->cols + i, 1.0f, 1);
         return;
     }
     for (int o = 0; a->mode == EW_ELU_ONES && o < a->ones; o++)
@@ -737,12 +738,20 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     emu_create(&dec, m, &w, MIMI_DIRECTION_DECODE, WIDE, MIMI_ATTENTION_RING, 1);
     CHECK(enc.L.conv_bf16 && dec.L.conv_bf16 && enc.L.kv_bf16);
     int im2col16 = 0, im2col32 = 0, gemm16 = 0, aligned = 0, convert = 0, convert_elu = 0, elu_passes = 0;
+    int ones16 = 0, ones32 = 0, ones_mismatch = 0;  // a resblock's 1x1 input: bf16 exactly when its k3's was
     for (int d = 0; d < 2; d++) {
         const struct gpu_plan *p = d ? &dec.plans[WIDE] : &enc.plans[WIDE];
+        int last_col_bf16 = -1;
         for (int i = 0; i < p->n_ops; i++) {
             const struct gpu_op *op = &p->ops[i];
+            if (op->kind == GOP_POINTWISE && op->u.pointwise.ones > 0) {
+                const int bf16 = op->u.pointwise.mode == EW_ELU_BF16;
+                ones16 += bf16, ones32 += op->u.pointwise.mode == EW_ELU_ONES;
+                ones_mismatch += bf16 != last_col_bf16;
+            }
             if (op->kind == GOP_IM2COL) {
                 const struct op_im2col *a = &op->u.im2col;
+                last_col_bf16 = a->col_bf16;
                 if (a->col_bf16) im2col16++;
                 else im2col32++;
                 CHECK_EQ(a->col_bf16, a->c_in * a->K >= 64 && a->R * (a->T / a->S) > GPU_SKINNY_MAX);
@@ -759,12 +768,15 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
         }
     }
     printf("  bf16 wide plans: %d im2col in bf16 (%d f32), %d bf16 products (%d aligned), %d conversions (%d with "
-           "the ELU, %d ELU passes left); scratch %zu floats (TF32 %zu)\n",
-           im2col16, im2col32, gemm16, aligned, convert, convert_elu, elu_passes, enc.L.scratch_elems,
+           "the ELU, %d of them resblock 1x1 inputs with their ones rows, %d such in f32; %d ELU passes left); scratch "
+           "%zu floats (TF32 %zu)\n",
+           im2col16, im2col32, gemm16, aligned, convert, convert_elu, ones16, ones32, elu_passes, enc.L.scratch_elems,
            fast_scratch_elems);
     CHECK(im2col16 > 0);
-    CHECK(convert > 0 && convert_elu == convert);  // each with the decoder's ELU before its convtr
-    CHECK_EQ(convert + elu_passes, 4);               // the narrowest (16 columns) keeps f32 and its ELU pass
+    CHECK(convert > 0 && convert_elu == convert);  // each with the decoder's ELU before its convtr, or the resblock's
+    CHECK(ones16 > 0);
+    CHECK_EQ(ones_mismatch, 0);
+    CHECK_EQ(convert - ones16 + elu_passes, 4);  // the narrowest convtr (16 columns) keeps f32 and its ELU pass
     CHECK_EQ(gemm16, im2col16 + convert);
     CHECK_EQ(aligned, gemm16);
     CHECK(enc.L.scratch_elems < fast_scratch_elems);

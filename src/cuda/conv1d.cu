@@ -231,7 +231,9 @@ struct conv_geom {
 // Block: GPU_NARROW_COLS consecutive output steps t0 .. of one row, a thread each. For every
 // GPU_NARROW_CHANNELS input channels the block stages their windows xin(i, r, t0*S + j),
 // j < W = GPU_NARROW_WINDOW(K, S), once (f = ELU applied there), then each thread adds its
-// column's c*K products from shared memory, channels and taps in ascending order.
+// column's c*K products from shared memory, channels and taps in ascending order. FAST: the
+// steady windows' ELU is elu_bf16 (in.fast_elu).
+template <bool FAST>
 static __global__ void narrow_kernel(const struct op_conv a) {
     pdl_begin();
     extern __shared__ float narrow_win[];  // (GPU_NARROW_CHANNELS, W)
@@ -253,7 +255,8 @@ static __global__ void narrow_kernel(const struct op_conv a) {
 #pragma unroll
                 for (int c = 0; c < GPU_NARROW_CHANNELS; c++) v[c] = x0[(size_t)c * in.R * in.T + j];
 #pragma unroll
-                for (int c = 0; c < GPU_NARROW_CHANNELS; c++) narrow_win[c * W + j] = in.elu ? elu_f(v[c]) : v[c];
+                for (int c = 0; c < GPU_NARROW_CHANNELS; c++)
+                    narrow_win[c * W + j] = !in.elu ? v[c] : FAST ? elu_bf16(v[c]) : elu_f(v[c]);
             }
         } else {
             // zeros past the row's end (the last tile's idle columns)
@@ -284,7 +287,8 @@ static int launch_narrow(const struct op_conv *a, struct gpu_exec *ex) {
                      GPU_NARROW_MAX_K);
         return MIMI_EINVAL;
     }
-    pdl_launch(narrow_kernel, dim3((unsigned)a->in.R * tiles), GPU_NARROW_COLS, smem, ex, *a);
+    pdl_launch(a->in.fast_elu ? narrow_kernel<true> : narrow_kernel<false>, dim3((unsigned)a->in.R * tiles),
+               GPU_NARROW_COLS, smem, ex, *a);
     return launch_status(ex, "conv");
 }
 

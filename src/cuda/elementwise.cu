@@ -53,8 +53,8 @@ static __global__ void act4_kernel(const struct op_pointwise a, int rows) {
     }
 }
 
-// EW_BF16 and EW_ELU_BF16: y (bf16) = f(x) (the ELU as elu_bf16), four values per thread
-// (16-byte loads, 8-byte stores), the last n % 4 one by one.
+// EW_BF16 and EW_ELU_BF16: y (bf16) = f(x) (the ELU as elu_bf16) over n values, then `ones`
+// rows of 1.0; four values per thread (16-byte loads, 8-byte stores), the rest one by one.
 template <bool ELU>
 static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
     pdl_begin();
@@ -68,6 +68,13 @@ static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
         const float v = a.x[n / 4 * 4 + j];
         y[n / 4 * 4 + j] = __float2bfloat16_rn(ELU ? elu_bf16(v) : v);
     }
+    const size_t n1 = (size_t)a.ones * a.cols;
+    if (n % 4 == 0) {
+        FOR_EACH(j, n1 / 4) ((uint2 *)(y + n))[j] = bf16x4(1.0f, 1.0f, 1.0f, 1.0f);
+        FOR_EACH(j, n1 % 4) y[n + n1 / 4 * 4 + j] = __float2bfloat16_rn(1.0f);
+    } else {
+        FOR_EACH(j, n1) y[n + j] = __float2bfloat16_rn(1.0f);
+    }
 }
 
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
@@ -77,8 +84,8 @@ static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
             if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "to_bf16: operands not aligned");
             return MIMI_EINVAL;
         }
-        pdl_launch(a->mode == EW_ELU_BF16 ? to_bf16_kernel<true> : to_bf16_kernel<false>, grid_for(n / 4 + 1, 256),
-                   256, 0, ex, *a, n);
+        pdl_launch(a->mode == EW_ELU_BF16 ? to_bf16_kernel<true> : to_bf16_kernel<false>,
+                   grid_for((n + (size_t)a->ones * a->cols) / 4 + 1, 256), 256, 0, ex, *a, n);
         return launch_status(ex, "to_bf16");
     }
     const int rows = a->channels + (a->mode == EW_ELU_ONES ? a->ones : 0);

@@ -72,6 +72,8 @@ struct op_im2col {
     int ones;  // rows of ones after the c_in*K: the bias row, in fast mode padded (plan.c's reduction)
     int col_bf16;  // col holds bfloat16 (2 bytes each, rounded to nearest even; the ELU as
                    // common.cuh's elu_bf16): MIMI_PRECISION_FAST_BF16
+    int fast_elu;  // MIMI_PRECISION_FAST_BF16: the narrow conv's and the resblock kernel's ELUs
+                   // (the steady part: windows inside the step's input) are elu_bf16 too
 };
 int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 
@@ -200,7 +202,8 @@ enum {
     EW_GELU = 4,      // y = gelu(y), exact erf form
     EW_ELU_ONES = 5,  // y = elu(y), and the `ones` rows after the last channel = 1.0
     EW_BF16 = 6,      // y (bfloat16 values, 2 bytes each) = x rounded to nearest even
-    EW_ELU_BF16 = 7,  // y (bfloat16 values) = elu(x) rounded to nearest even (elu_bf16)
+    EW_ELU_BF16 = 7,  // y (bfloat16 values) = elu(x) rounded to nearest even (elu_bf16), and
+                      // the `ones` rows after the last channel = 1.0
 };
 
 // y, x: (channels, cols).
@@ -211,7 +214,7 @@ struct op_pointwise {
     int channels;
     size_t cols;
     int mode;
-    int ones;  // EW_ELU_ONES: rows of ones after the channels
+    int ones;  // EW_ELU_ONES, EW_ELU_BF16: rows of ones after the channels
 };
 int mimi_cuda_pointwise(const struct op_pointwise *a, struct gpu_exec *ex);
 

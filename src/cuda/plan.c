@@ -502,7 +502,7 @@ static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c,
     const int K = c->kernel, S = c->stride, H = K - S;
     return (struct op_im2col){x, scratch(B, B->L->sc_col), H > 0 ? hist : NULL, B->started,
                               B->row_slot, B->L->slot_elems, c->c_in, K, S, H, T, B->R, elu,
-                              c->replicate_first, ones, 0};
+                              c->replicate_first, ones, 0, B->L->conv_bf16};
 }
 
 // Whether a product over N columns and ck values runs on bf16 operands (MIMI_PRECISION_FAST_BF16,
@@ -609,6 +609,16 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         return out;
     }
     plan_conv(B, &l->conv, w->w, w->w_bf16, 1, x, mid, T, 1, hist, 0, 0);
+    if (bf16_product(B, N, hid)) {
+        // elu(mid) and the ones rows in bf16 in the im2col scratch, which the first product has
+        // consumed (its bf16 columns, conv_ld_bf16(c*K + 1) rows, outnumber these)
+        if (!w->w2_bf16) B->rc = MIMI_EUNSUPPORTED;
+        const int k16 = conv_ld_bf16(hid + 1);
+        float *mid16 = scratch(B, B->L->sc_col);
+        pointwise(B, EW_ELU_BF16, mid16, mid, NULL, hid, (size_t)N, k16 - hid);
+        gemm(B, 0, 0, N, c, k16, mid16, N, w->w2_bf16, k16, x, N, 1.0f)->ab_bf16 = 1;
+        return x;
+    }
     const int k2 = reduction(B, hid + 1);
     pointwise(B, EW_ELU_ONES, mid, NULL, NULL, hid, (size_t)N, k2 - hid);
     gemm(B, 0, 0, N, c, k2, mid, N, w->w2, gpu_conv_ld(hid + 1), x, N, 1.0f);

@@ -54,10 +54,15 @@ static __device__ __forceinline__ float4 load4(const float *p, int n) {
                        n > 3 ? __ldg(p + 3) : 0.0f);
 }
 
+// The resblock's ELU: elu_sel, or with FAST (MIMI_PRECISION_FAST_BF16, TF32 operands next)
+// elu_bf16, a third of its instructions.
+template <bool FAST>
+static __device__ __forceinline__ float elu_rb(float x) { return FAST ? elu_bf16(x) : elu_sel(x); }
+
 // xs (C, RB_XP) = the window of tile (r, t0): xin columns t0 .. t0 + RB_TILE + 1 at u = 2 .., ELU'd
 // (and TF32-rounded when TF32). The loads are issued before the barrier that waits for the tile
 // before to be done with xs.
-template <int C, bool VEC, bool TF32>
+template <int C, bool VEC, bool TF32, bool FAST = false>
 static __device__ __forceinline__ void stage_window(float *xs, const struct op_im2col &in, int r, int t0) {
     static_assert(RB_THREADS == 2 * C, "a thread per left column of each channel");
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, T = in.T, R = in.R;
@@ -67,12 +72,12 @@ static __device__ __forceinline__ void stage_window(float *xs, const struct op_i
     for (int q = 0; q < C / 4; q++) v[q] = load4<VEC>(in.x + at + 4 * q * cs, T - t0 - 4 * lane);
     const float left = t0 > 0 ? in.x[((size_t)(tid >> 1) * R + r) * T + t0 - 2 + (tid & 1)] : 0.0f;
     __syncthreads();  // the tile before is done with xs
-    auto f = [](float x) { return TF32 ? tf32_round(elu_sel(x)) : elu_sel(x); };
+    auto f = [](float x) { return TF32 ? tf32_round(elu_rb<FAST>(x)) : elu_rb<FAST>(x); };
 #pragma unroll
     for (int q = 0; q < C / 4; q++)
         *(float4 *)(xs + (w + 4 * q) * RB_XP + 4 + 4 * lane) = make_float4(f(v[q].x), f(v[q].y), f(v[q].z), f(v[q].w));
     // [history | elu(x)] columns t0, t0 + 1: the history on the first tile
-    const float h = t0 > 0 ? elu_sel(left) : xin(in, tid >> 1, r, tid & 1);
+    const float h = t0 > 0 ? elu_rb<FAST>(left) : xin(in, tid >> 1, r, tid & 1);
     xs[(tid >> 1) * RB_XP + 2 + (tid & 1)] = TF32 ? tf32_round(h) : h;
     __syncthreads();
 }
@@ -205,7 +210,8 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_f32
 // stores): most of it the ELU (97 per lane), 0.5k the 256 mma and their fragment loads. Shared
 // memory 66.4 KB (W1 24, W2 8, window and output tile 34) for 3 blocks (12 warps) per SM, whose
 // bound holds registers to 168. At 2048 rows on an H200: the first f32 kernel 3.04 ms, the first TF32
-// version 2.91, this one 1.40, and 1.12-1.13 with the ELU computed without its branch (elu_sel).
+// version 2.91, this one 1.40, and 1.12-1.13 with the ELU computed without its branch (elu_sel);
+// 0.84 with FAST_BF16's elu_bf16 (FAST).
 
 // acc (16 x 8 fragment) += A (16 x 8, a) . B (8 x 8, b)
 static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], const float b[2]) {
@@ -216,7 +222,7 @@ static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], 
 }
 
 
-template <int C, bool VEC>
+template <int C, bool VEC, bool FAST>
 static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf32_kernel(const struct op_resblock a) {
     constexpr int HID = C / 2, K = GPU_RESBLOCK_K, KK = C * K;
     static_assert(HID == 32 && C == 64 && RB_TILE == 128 && RB_THREADS == 2 * C,
@@ -250,7 +256,7 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
 #pragma unroll 1
     for (int tile = blockIdx.x; tile < tiles; tile += stride) {
         const int r = tile / ntiles, t0 = (tile - r * ntiles) * RB_TILE, n = T - t0 - 4 * lane;
-        stage_window<C, VEC, true>(xs, in, r, t0);
+        stage_window<C, VEC, true, FAST>(xs, in, r, t0);
         if (tile + stride < tiles) prefetch_tile<C>(in, tile + stride, ntiles);
         // h^T (columns 32w + 16q .. +15, hidden 8p .. +7) = window^T . W1^T over kk = 8s ..: tap
         // k = kk / C, channels i0 = kk % C ..; A = xs rows i0 + t (+ 4), columns 32w + 16q + g (+ 8) + 2 + k
@@ -284,7 +290,7 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
 #pragma unroll
             for (int q = 0; q < 2; q++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[q][p][e] = tf32_round(elu_sel(acc[q][p][e] + (e & 1 ? b.y : b.x)));
+                for (int e = 0; e < 4; e++) acc[q][p][e] = tf32_round(elu_rb<FAST>(acc[q][p][e] + (e & 1 ? b.y : b.x)));
         }
 
         __syncthreads();  // every warp is done with the window: the output tile takes its place
@@ -380,6 +386,9 @@ extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *
     if (ex->precision == MIMI_PRECISION_STRICT)
         return vec ? launch_persistent(resblock_f32_kernel<64, true>, a, ex)
                    : launch_persistent(resblock_f32_kernel<64, false>, a, ex);
-    return vec ? launch_persistent(resblock_tf32_kernel<64, true>, a, ex)
-               : launch_persistent(resblock_tf32_kernel<64, false>, a, ex);
+    if (a->in.fast_elu)
+        return vec ? launch_persistent(resblock_tf32_kernel<64, true, true>, a, ex)
+                   : launch_persistent(resblock_tf32_kernel<64, false, true>, a, ex);
+    return vec ? launch_persistent(resblock_tf32_kernel<64, true, false>, a, ex)
+               : launch_persistent(resblock_tf32_kernel<64, false, false>, a, ex);
 }
