@@ -597,7 +597,7 @@ MIMI_API int64_t mimi_decode_offline_latent(const struct mimi_model *model,
  * mimi_encode_offline(model, params, pcm[i], n_samples[i], codes[i], max_codes[i]) gives
  * (codes[i] receives n_codebooks * mimi_frames_for_samples(model, n_samples[i]) values,
  * codebook-major). On a GPU model the signals share each step (two alternating batches whose
- * step advances up to 1024 frames in all: 16 signals x 64 frames, 8 x 128, more short ones x
+ * step advances up to 2048 frames in all: 32 signals x 64 frames, 8 x 256, more short ones x
  * fewer frames), which is how offline throughput is reached; on the CPU they run one after another.
  * Every signal's buffers and sizes are checked before any is encoded, and its samples before it
  * is encoded (on a GPU model just before its first step, while the device runs the steps already

@@ -16,12 +16,14 @@ extern "C" {
 #include "offline_sched.h"
 }
 
-// A lane's step: at most OFFLINE_ROWS frames (slots x frames per step: 82 s of audio, where the
-// products are as efficient as they get) and OFFLINE_POSITIONS transformer positions per slot
-// (Mimi: 1024 frames of 2 positions; Pocket TTS's Mimi: 128 frames of 16). Frames per step are
-// powers of two from OFFLINE_MIN_FRAMES, so that calls of different lengths share a few product
-// shapes (and their tuning).
-#define OFFLINE_ROWS 1024
+// A lane's step: at most OFFLINE_ROWS frames (slots x frames per step: 164 s of audio) and
+// OFFLINE_POSITIONS transformer positions per slot (Mimi: 1024 frames of 2 positions; Pocket TTS's
+// Mimi: 128 frames of 16). The products are about as efficient at 1024 frames; the ~100 launches
+// of a step and their tails are not: 64 files of 60 s in bf16 went from 17,228-17,342 /
+// 17,394-17,421x to 17,912-18,166 / 18,843-18,875x real time (H200). Frames per step are powers
+// of two from OFFLINE_MIN_FRAMES, so that calls of different lengths share a few product shapes
+// (and their tuning).
+#define OFFLINE_ROWS 2048
 #define OFFLINE_POSITIONS 2048
 #define OFFLINE_MIN_FRAMES 16
 #define OFFLINE_LANES 2
@@ -185,8 +187,8 @@ extern "C" void mimi_cuda_kept_free(struct offline_kept *k) {
 // as the signals need up to OFFLINE_ROWS frames per step. A step costs OFFLINE_STEP_COST + slots x
 // frames x frame_cost; a pass takes at least the longest signal's steps, and at least its
 // padded frames over a step's. Then slots (or, with one slot, frames) are halved until the lanes
-// fit the device's free memory. One long signal steps 1024 frames at a time; 16 signals of 60 s
-// 8 slots of 128 frames; many short ones many slots of few frames.
+// fit the device's free memory. One long signal steps 1024 frames at a time; 64 signals of 60 s
+// 32 slots of 64 frames, 16 of them 8 slots of 256; many short ones many slots of few frames.
 static void offline_shape(const struct mimi_model *m, const struct mimi_batch_params *bp, int lanes, int n,
                           const struct offline_signal *sig, int *frames, int *slots) {
     int64_t longest = 1;
