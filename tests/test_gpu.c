@@ -366,7 +366,66 @@ static void ones_bf16_case(int channels, int cols, int ones) {
     cudaFree(dx), cudaFree(dy), free(x), free(y);
 }
 
+// A long step's attention over bf16 rings on bf16 tensor cores (mma_bf16: attention_mma.cu)
+// against the f32 tiled kernel over the same rings: 3 rows of 128 query steps, one slot deep in
+// its signal (a full window), one at its start (a partly empty ring), one padding row (zeros).
+static void attention_mma_case(void) {
+    enum { R = 3, STEPS = 128, D = 512, HEADS = 8, HD = 64, CONTEXT = 250, RING = 400 };
+    const size_t stride = (size_t)RING * D + RING + 4;  // keys and values (bf16), positions, counter
+    const size_t n_qkv = (size_t)R * STEPS * 3 * D, n_out = (size_t)R * STEPS * D;
+    float *qkv = malloc(sizeof(float) * n_qkv), *state = calloc(2 * stride, sizeof(float));
+    float *o32 = malloc(sizeof(float) * n_out), *o16 = malloc(sizeof(float) * n_out);
+    float *dqkv = NULL, *dout = NULL, *dstate = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, 0, -1}, next_pos[2] = {0, 300};
+    CHECK(qkv && state && o32 && o16);
+    CHECK_EQ(cudaMalloc((void **)&dqkv, sizeof(float) * n_qkv), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dout, sizeof(float) * n_out), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!qkv || !state || !o32 || !o16 || !dqkv || !dout || !dstate || !drs) return;
+    for (size_t i = 0; i < n_qkv; i++) qkv[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (int slot = 0; slot < 2; slot++) {
+        float *st = state + slot * stride;
+        uint16_t *kv = (uint16_t *)st;  // keys, then values: RING * D bf16 each
+        int32_t *pos = (int32_t *)(st + (size_t)RING * D);
+        for (size_t i = 0; i < (size_t)2 * RING * D; i++) kv[i] = mimi_to_bf16(2.0f * (test_rng_float() - 0.5f));
+        for (int j = 0; j < RING; j++) pos[j] = -1;
+        // the window of the step's last query, and the step's own positions
+        for (int32_t p = next_pos[slot] - CONTEXT + 1; p < next_pos[slot] + STEPS; p++)
+            if (p >= 0) pos[p % RING] = p;
+        pos[RING + 0] = next_pos[slot];  // the counter, right after the positions
+    }
+    cudaMemcpy(dqkv, qkv, sizeof(float) * n_qkv, cudaMemcpyHostToDevice);
+    cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    struct op_attention a = {dqkv, dout, dstate, dstate + (size_t)RING * D / 2, (int32_t *)(dstate + (size_t)RING * D),
+                             (int32_t *)(dstate + (size_t)RING * D + RING), drs, NULL, stride, R, STEPS, D, HEADS, HD,
+                             RING, CONTEXT, 0, 1, 0};
+    for (int mma = 0; mma < 2; mma++) {
+        a.mma_bf16 = mma;
+        cudaMemset(dout, 0xFF, sizeof(float) * n_out);  // NaN: every value must be written
+        CHECK_EQ(mimi_cuda_attention(&a, &ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(mma ? o16 : o32, dout, sizeof(float) * n_out, cudaMemcpyDeviceToHost);
+    }
+    size_t pad = 0;
+    for (size_t i = (size_t)2 * STEPS * D; i < n_out; i++) pad += o16[i] != 0.0f || o32[i] != 0.0f;
+    const double deep = rel_l2(o16, o32, (size_t)STEPS * D), start = rel_l2(o16 + (size_t)STEPS * D, o32 + (size_t)STEPS * D,
+                                                                           (size_t)STEPS * D);
+    printf("  attention on bf16 tensor cores vs f32 tiles, %d x %d steps: rel_l2 %.2e (full window), %.2e (ring "
+           "start), %zu padding values not 0 %s\n", R, STEPS, deep, start, pad, msg);
+    CHECK(deep > 0 && deep < 1e-2);
+    CHECK(start > 0 && start < 1e-2);
+    CHECK_EQ(pad, 0);
+    cudaFree(dqkv), cudaFree(dout), cudaFree(dstate), cudaFree(drs);
+    free(qkv), free(state), free(o32), free(o16);
+}
+
 static void test_bf16_operands(void) {
+    attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one
     im2col_bf16_case(4, 64, 2048, 8, 4);  // 32768 columns, (8, 4): four columns a thread, 16-byte loads

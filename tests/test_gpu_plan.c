@@ -57,6 +57,13 @@ static float get_value(const float *p, size_t i, int bf16) {
     return x;
 }
 
+// x rounded to bfloat16 (nearest even), as a float.
+static float bf16_round(float x) {
+    float y;
+    put_value(&y, 0, x, 1);
+    return get_value(&y, 0, 1);
+}
+
 static void emu_im2col(const struct op_im2col *a) {
     const int To = a->T / a->S;
     const size_t N = (size_t)a->R * To;
@@ -357,8 +364,11 @@ static void emu_rope_kv(const struct op_attention *a) {
     }
 }
 
+// With mma_bf16, long steps (attention_mma.cu: 64 query steps or more) round the scaled q and
+// the probabilities to bfloat16 (here the probabilities against the final maximum, the kernel's
+// against the running one).
 static void emu_attention(const struct op_attention *a) {
-    const int d = a->d, hd = a->head_dim;
+    const int d = a->d, hd = a->head_dim, mma = a->mma_bf16 && a->steps >= 64;
     if (a->rope) emu_rope_kv(a);
     float *scores = malloc(sizeof(float) * a->ring);
     for (int r = 0; r < a->R; r++) {
@@ -378,13 +388,16 @@ static void emu_attention(const struct op_attention *a) {
                     if (pos[j] < 0 || age < 0 || age >= a->context) continue;
                     const size_t k = (size_t)j * d + h * hd;
                     float dot = 0.0f;
-                    for (int i = 0; i < hd; i++) dot += q[i] * ring_load(a, a->keys, slot, k + i);
-                    scores[j] = dot * (1.0f / sqrtf((float)hd));
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    for (int i = 0; i < hd; i++)
+                        dot += (mma ? bf16_round(q[i] * scale) : q[i]) * ring_load(a, a->keys, slot, k + i);
+                    scores[j] = mma ? dot : dot * scale;
                     if (scores[j] > mx) mx = scores[j];
                 }
                 for (int j = 0; j < a->ring; j++) {
                     scores[j] = scores[j] == -INFINITY ? 0.0f : expf(scores[j] - mx);
                     sum += scores[j];
+                    if (mma) scores[j] = bf16_round(scores[j]);
                 }
                 for (int j = 0; j < a->ring; j++) {
                     if (scores[j] == 0.0f) continue;

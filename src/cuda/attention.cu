@@ -309,9 +309,10 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid(a->R, a->n_heads);
     struct op_attention b = *a;
     if (attention_tiled_fits(a)) {
-        // long steps (whole-signal passes): tiles of queries, after the rotation and KV store
+        // long steps (whole-signal passes): tiles of queries, after the rotation and KV store;
+        // on bf16 tensor cores in MIMI_PRECISION_FAST_BF16
         const int rc = rope_apart(a, &b, ex);
-        return rc ? rc : attention_tiled(&b, ex);
+        return rc ? rc : attention_mma_fits(&b) ? attention_mma(&b, ex) : attention_tiled(&b, ex);
     }
     if (onepass_fits(a)) {
         // up to 4 queries per block; with more blocks per row than one, the rotation and the

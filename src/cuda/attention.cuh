@@ -40,6 +40,10 @@ template <> struct ring4<__nv_bfloat16> {
 // attention_tiled runs it (rope already done).
 int attention_tiled_fits(const struct op_attention *a);
 int attention_tiled(const struct op_attention *a, struct gpu_exec *ex);
+// The same tiles on bf16 tensor cores (attention_mma.cu) where a->mma_bf16 and the rings are
+// bf16; q and the probabilities are rounded to bf16.
+int attention_mma_fits(const struct op_attention *a);
+int attention_mma(const struct op_attention *a, struct gpu_exec *ex);
 
 // ---- rotary embedding and ring store ----
 

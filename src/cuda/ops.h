@@ -311,6 +311,7 @@ struct op_attention {
     int R, steps, d, n_heads, head_dim, ring, context;
     int rope;  // attention first does rope_kv's work (one launch where the kernel allows)
     int kv_bf16;
+    int mma_bf16;  // MIMI_PRECISION_FAST_BF16: long steps' tiles on bf16 tensor cores (attention_mma.cu)
 };
 // Dynamic shared memory the attention of a row with `steps` query steps needs (0: none).
 size_t mimi_cuda_attention_smem(int steps, int head_dim, int ring);

@@ -720,7 +720,7 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
     float *qkv = scratch(B, L->sc_qkv), *att = scratch(B, L->sc_att), *f = scratch(B, L->sc_ff);
     struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
                                 B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
-                                t->head_dim, L->ring, t->context, 1, L->kv_bf16};
+                                t->head_dim, L->ring, t->context, 1, L->kv_bf16, L->kv_bf16 && L->conv_bf16};
     if (L->sc_tr_barrier && gpu_transformer_fits(rows, L->steps, d, ff, t->head_dim, t->n_layers)) {
         plan_transformer_persistent(B, t, lw, &base, in, out);
         return;

@@ -1,0 +1,202 @@
+/*
+ * attention_mma.cu - the tiled attention of long steps (attention_tiled.cu's tiling and ring
+ * rule) on bfloat16 tensor cores, for MIMI_PRECISION_FAST_BF16 (op_attention.mma_bf16): the
+ * rings already hold bfloat16; q (scaled by 1/sqrt(hd), a power of two) and the softmax's
+ * probabilities are rounded to bfloat16 for the two products, which accumulate in f32 on
+ * mma.sync m16n8k16. The running maximum, the sums and the output stay f32.
+ *
+ * A block takes TQ = 64 query steps of one (row, head), a warp 16 of them; every warp walks the
+ * key positions the block's queries can see 64 at a time. A tile's keys and values are copied
+ * from the ring to shared memory with cp.async, the next tile's while this one is computed.
+ * Per warp and tile: S (16 x 64) = Q K^T in 32 mma with q held in registers as A fragments and
+ * K's fragments read as 32-bit words; the online softmax on S's accumulators (a row's 64 scores
+ * over the 4 lanes of a quad); O (16 x 64) += P V in 32 mma, P's A fragments made from S's
+ * accumulators in place and V's B fragments by ldmatrix.trans.
+ */
+#include <stdint.h>
+
+#include "attention.cuh"
+
+#define AM_TQ 64                         // query steps per block
+#define AM_TK 64                         // key positions per tile
+#define AM_HD GPU_ATT_ONEPASS_HD         // head size (64)
+#define AM_THREADS 128                   // 4 warps of 16 query steps
+#define AM_LD (AM_HD + 8)                // shared row of a key or value: 144 bytes, 16-byte aligned, rows on distinct banks
+#define AM_TILE (AM_TK * AM_LD)          // bf16 values of one tile's keys (or values)
+#define AM_CHUNKS (AM_TK * AM_HD / 8)    // 16-byte pieces of a tile's keys (or values)
+#define AM_SMEM (sizeof(__nv_bfloat16) * 4 * AM_TILE + sizeof(int32_t) * 2 * AM_TK)  // two buffers of k and v, positions
+
+static __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+// two f32 as one register of bf16 (rounded to nearest even), the first in the low half
+static __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(const unsigned *)&v;
+}
+
+// acc (16 x 8) += A (16 x 16) B (16 x 8), bf16 operands, f32 accumulation
+static __device__ __forceinline__ void mma_bf16(float acc[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Grid (R, n_heads, ceil(steps / TQ)); attention_tiled_kernel's positions and visibility.
+static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const struct op_attention a) {
+    pdl_begin();
+    extern __shared__ uint4 am_smem16[];
+    __nv_bfloat16 *kv = (__nv_bfloat16 *)am_smem16;  // buffer b: keys at 2b, values at 2b + 1 (AM_TILE each)
+    int32_t *kpos = (int32_t *)(kv + 4 * AM_TILE);     // buffer b: AM_TK positions at b * AM_TK (-1: none)
+    const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * AM_TQ, nq = min(AM_TQ, a.steps - s0);
+    const int d = a.d, ring = a.ring, tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int slot = a.row_slot[r];
+    float *out = a.out + ((size_t)r * a.steps + s0) * d + (size_t)h * AM_HD;
+    if (slot < 0) {
+        for (int i = tid; i < nq * AM_HD; i += AM_THREADS) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
+        return;
+    }
+    const size_t base = (size_t)slot * a.slot_stride;
+    const int32_t pos0 = a.next_pos[base] + s0, first = pos0 - a.context + 1, span = a.context + nq - 1;
+    const int32_t *positions = a.positions + base;
+    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
+    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
+    // tile kt into buffer b: chunk e = tid + i * THREADS is row e / 8, values 8 (e % 8) ..
+    auto load = [&](int32_t kt, int b) {
+        __nv_bfloat16 *ks = kv + 2 * b * AM_TILE, *vs = ks + AM_TILE;
+#pragma unroll
+        for (int i = 0; i < AM_CHUNKS / AM_THREADS; i++) {
+            const int e = tid + i * AM_THREADS, j = e / (AM_HD / 8), c = 8 * (e % (AM_HD / 8));
+            const int32_t p = first + kt + j;
+            const size_t at = (size_t)(((p % ring) + ring) % ring) * d + c;
+            cp_async16(ks + j * AM_LD + c, keys + at);
+            cp_async16(vs + j * AM_LD + c, values + at);
+        }
+        asm volatile("cp.async.commit_group;");
+        if (tid < AM_TK) {
+            const int32_t p = first + kt + tid;
+            kpos[b * AM_TK + tid] = p >= 0 && kt + tid < span && positions[p % ring] == p ? p : -1;
+        }
+    };
+    load(0, 0);
+    // q of this warp's rows g and g + 8 (zeros past nq), scaled and rounded: A fragments of the 4
+    // k-steps of 16 dims
+    unsigned qf[4][4];
+    {
+        const float scale = 1.0f / sqrtf((float)AM_HD);  // 1/8: exact
+        const int sa = 16 * w + g, sb = sa + 8;
+        const float *qa = a.qkv + ((size_t)r * a.steps + s0 + sa) * 3 * d + (size_t)h * AM_HD;
+        const float *qb = qa + (size_t)8 * 3 * d;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int c = 16 * kk + 8 * half + 2 * t;
+                const float2 x = sa < nq ? *(const float2 *)(qa + c) : make_float2(0.0f, 0.0f);
+                const float2 y = sb < nq ? *(const float2 *)(qb + c) : make_float2(0.0f, 0.0f);
+                qf[kk][2 * half] = pack_bf16(x.x * scale, x.y * scale);
+                qf[kk][2 * half + 1] = pack_bf16(y.x * scale, y.y * scale);
+            }
+    }
+    const int32_t qpos[2] = {pos0 + 16 * w + g, pos0 + 16 * w + g + 8};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[8][4] = {};  // O's dims 8n + 2t, + 1 of rows g (0, 1) and g + 8 (2, 3)
+    for (int32_t kt = 0, b = 0; kt < span; kt += AM_TK, b ^= 1) {
+        __syncthreads();  // every warp is done with buffer b ^ 1 (the tile before the last)
+        if (kt + AM_TK < span) {
+            load(kt + AM_TK, b ^ 1);
+            asm volatile("cp.async.wait_group 1;");
+        } else {
+            asm volatile("cp.async.wait_group 0;");
+        }
+        __syncthreads();  // tile kt is in buffer b
+        const __nv_bfloat16 *ks = kv + 2 * b * AM_TILE, *vs = ks + AM_TILE;
+        const int32_t *kp = kpos + b * AM_TK;
+        // S = Q K^T: key tile j (keys 8j ..) takes K rows as col-major B fragments
+        float sc[8][4] = {};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned *krow = (const unsigned *)(ks + (8 * j + g) * AM_LD) + t;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) mma_bf16(sc[j], qf[kk], krow[8 * kk], krow[8 * kk + 4]);
+        }
+        // the online softmax; sc[j][e] is row g + 8 (e >> 1), key 8j + 2t + (e & 1)
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int32_t pk = kp[8 * j + 2 * t + (e & 1)], age = qpos[e >> 1] - pk;
+                sc[j][e] = pk >= 0 && age >= 0 && age < a.context ? sc[j][e] : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], sc[j][e]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 1));
+            mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 2));
+            corr[u] = mx[u] == -INFINITY ? 1.0f : __expf(m[u] - mx[u]);
+            m[u] = mx[u];
+            l[u] *= corr[u];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = m[e >> 1] == -INFINITY ? 0.0f : __expf(sc[j][e] - m[e >> 1]);
+                sc[j][e] = p;
+                l[e >> 1] += p;
+            }
+#pragma unroll
+        for (int n = 0; n < 8; n++) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+        // O += P V: keys 16kk .. are S tiles 2kk, 2kk + 1; V's fragments by ldmatrix.trans, four
+        // 8 x 8 pieces per call (keys +0 / +8, dims 8n / 8n + 8)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const unsigned pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+                                    pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                    pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
+#pragma unroll
+            for (int n = 0; n < 8; n += 2) {
+                unsigned v0, v1, v2, v3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                             : "r"(smem_addr(vs + row * AM_LD + 8 * n + col)));
+                mma_bf16(o[n], pa, v0, v1);
+                mma_bf16(o[n + 1], pa, v2, v3);
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int s = 16 * w + g + 8 * u;
+        if (s >= nq) continue;
+        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+            *(float2 *)(out + (size_t)s * d + 8 * n + 2 * t) = make_float2(o[n][2 * u] * inv, o[n][2 * u + 1] * inv);
+    }
+}
+
+int attention_mma_fits(const struct op_attention *a) {
+    return a->mma_bf16 && a->kv_bf16 && a->head_dim == AM_HD && a->steps >= AM_TQ &&
+           a->ring >= a->context + a->steps - 1 && a->d % 8 == 0 && (uintptr_t)a->keys % 16 == 0 &&
+           (uintptr_t)a->values % 16 == 0 && (uintptr_t)a->qkv % 8 == 0 && (uintptr_t)a->out % 8 == 0 &&
+           a->slot_stride % 4 == 0;
+}
+
+int attention_mma(const struct op_attention *a, struct gpu_exec *ex) {
+    pdl_launch(attention_mma_kernel, dim3(a->R, a->n_heads, (a->steps + AM_TQ - 1) / AM_TQ), AM_THREADS, AM_SMEM, ex,
+               *a);
+    return launch_status(ex, "attention");
+}
