@@ -179,9 +179,9 @@ static void emu_gemm(const struct op_gemm *g) {
 }
 
 static void emu_pointwise(const struct op_pointwise *a) {
-    if (a->mode == EW_BF16 || a->mode == EW_ELU_BF16) {
+    if (a->mode == EW_BF16 || a->mode == EW_ELU_BF16 || a->mode == EW_GELU_BF16) {
         for (size_t i = 0; i < (size_t)a->channels * a->cols; i++)
-            put_value(a->y, i, a->mode == EW_ELU_BF16 ? elu(a->x[i]) : a->x[i], 1);
+            put_value(a->y, i, a->mode == EW_ELU_BF16 ? elu(a->x[i]) : a->mode == EW_GELU_BF16 ? gelu(a->x[i]) : a->x[i], 1);
         for (size_t i = 0; i < (size_t)a->ones * a->cols; i++) put_value(a->y, (size_t)a->channels * a->cols + i, 1.0f, 1);
         return;
     }
@@ -314,7 +314,12 @@ static void emu_norm(const struct op_norm *a) {
         float *x = a->x + (size_t)r * a->d;
         if (a->mode != NORM_LN)
             for (int i = 0; i < a->d; i++) x[i] += a->scale[i] * a->y[(size_t)r * a->d + i];
-        if (a->mode != NORM_RESID) layer_norm(x, a->out + (size_t)r * a->d, a->w, a->b, a->d, a->eps);
+        if (a->mode == NORM_RESID) continue;
+        static float row[4096];  // a bf16 output's f32 values first
+        CHECK(!a->out_bf16 || a->d <= 4096);
+        float *o = a->out_bf16 ? row : a->out + (size_t)r * a->d;
+        layer_norm(x, o, a->w, a->b, a->d, a->eps);
+        for (int i = 0; a->out_bf16 && i < a->d; i++) put_value(a->out, (size_t)r * a->d + i, o[i], 1);
     }
 }
 
@@ -416,7 +421,7 @@ static void emu_transformer(const struct op_transformer *t) {
     float *h = malloc(sizeof(float) * (size_t)rows * d), *x = t->x[0], *qkv = base->qkv, *att = base->out;
     emu_positions(base);
     emu_transpose(&(struct op_transpose){t->in, x, d, rows});
-    emu_norm(&(struct op_norm){x, NULL, NULL, h, t->layers[0].norm1_w, t->layers[0].norm1_b, rows, d, NORM_LN, t->eps});
+    emu_norm(&(struct op_norm){x, NULL, NULL, h, t->layers[0].norm1_w, t->layers[0].norm1_b, rows, d, NORM_LN, t->eps, 0});
     for (int l = 0; l < t->n_layers; l++) {
         const struct op_tr_layer *w = &t->layers[l];
         emu_gemm(&(struct op_gemm){.transa = 1, .m = 3 * d, .n = rows, .k = d, .a = w->in_proj, .lda = d, .b = h,
@@ -426,14 +431,14 @@ static void emu_transformer(const struct op_transformer *t) {
         emu_attention(&a);
         emu_gemm(&(struct op_gemm){.transa = 1, .m = d, .n = rows, .k = d, .a = w->out_proj, .lda = d, .b = att,
                                    .ldb = d, .c = t->y, .ldc = d});
-        emu_norm(&(struct op_norm){x, t->y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, t->eps});
+        emu_norm(&(struct op_norm){x, t->y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, t->eps, 0});
         emu_gemm(&(struct op_gemm){.transa = 1, .m = ff, .n = rows, .k = d, .a = w->linear1, .lda = d, .b = h,
                                    .ldb = d, .c = t->ff, .ldc = ff, .gelu = 1});
         emu_gemm(&(struct op_gemm){.transa = 1, .m = d, .n = rows, .k = ff, .a = w->linear2, .lda = ff, .b = t->ff,
                                    .ldb = ff, .c = t->y, .ldc = d});
         const int last = l + 1 == t->n_layers;
         emu_norm(&(struct op_norm){x, t->y, w->scale2, h, last ? NULL : w[1].norm1_w, last ? NULL : w[1].norm1_b, rows,
-                                   d, last ? NORM_RESID : NORM_RESID_LN, t->eps});
+                                   d, last ? NORM_RESID : NORM_RESID_LN, t->eps, 0});
     }
     emu_transpose(&(struct op_transpose){x, t->out, rows, d});
     free(h);
@@ -793,6 +798,30 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     CHECK_EQ(gemm16, im2col16 + convert);
     CHECK_EQ(aligned, gemm16);
     CHECK(enc.L.scratch_elems < fast_scratch_elems);
+    // a whole-signal lane's step (one slot of 16 frames: at least 32 transformer rows, more than
+    // the skinny kernel takes): the qkv and feed-forward products on bf16 operands, fed by
+    // LayerNorms and a GELU pass that write bf16; the out-projection on f32 (the attention's)
+    for (int d = 0; d < 2; d++) {
+        struct emu_batch lane;
+        emu_create(&lane, m, &w, d ? MIMI_DIRECTION_DECODE : MIMI_DIRECTION_ENCODE, 1, MIMI_ATTENTION_WINDOW, 16);
+        const struct gpu_plan *p = &lane.plans[1];
+        const int layers = d ? m->dec_tr.n_layers : m->enc_tr.n_layers;
+        int tr16 = 0, tr32 = 0, norms16 = 0, gelu16 = 0;
+        for (int i = 0; i < p->n_ops; i++) {
+            const struct gpu_op *op = &p->ops[i];
+            if (!strstr(op->stage, "transformer")) continue;
+            if (op->kind == GOP_GEMM) tr16 += op->u.gemm.ab_bf16, tr32 += !op->u.gemm.ab_bf16;
+            if (op->kind == GOP_NORM) norms16 += op->u.norm.out_bf16 && op->u.norm.mode != NORM_RESID;
+            if (op->kind == GOP_POINTWISE) gelu16 += op->u.pointwise.mode == EW_GELU_BF16;
+        }
+        printf("  bf16 lane (1 x 16 frames) %s transformer: %d bf16 products, %d f32, %d LayerNorms and %d GELUs "
+               "into bf16\n", d ? "decode" : "encode", tr16, tr32, norms16, gelu16);
+        CHECK_EQ(tr16, 3 * layers);
+        CHECK_EQ(tr32, layers);
+        CHECK_EQ(norms16, 2 * layers);
+        CHECK_EQ(gelu16, layers);
+        emu_destroy(&lane);
+    }
     const struct agreement a = wide_steps(m, &enc, &dec, clip, 1);
     const double rel = sqrt(a.num / (a.den > 0 ? a.den : 1));
     printf("  bf16 wide plan vs CPU f32, 2 steps: codes equal %lld/%lld, decoded pcm rel_l2 %.3e\n",

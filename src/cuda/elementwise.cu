@@ -53,21 +53,23 @@ static __global__ void act4_kernel(const struct op_pointwise a, int rows) {
     }
 }
 
-// EW_BF16 and EW_ELU_BF16: y (bf16) = f(x) (the ELU as elu_bf16) over n values, then `ones`
-// rows of 1.0; four values per thread (16-byte loads, 8-byte stores), the rest one by one.
-template <bool ELU>
+// EW_BF16, EW_ELU_BF16 and EW_GELU_BF16: y (bf16) = f(x) (the ELU as elu_bf16) over n values,
+// then `ones` rows of 1.0; four values per thread (16-byte loads, 8-byte stores), the rest one by
+// one.
+template <int MODE>
+static __device__ __forceinline__ float to_bf16_f(float v) {
+    return MODE == EW_ELU_BF16 ? elu_bf16(v) : MODE == EW_GELU_BF16 ? gelu_f(v) : v;
+}
+
+template <int MODE>
 static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
     pdl_begin();
     __nv_bfloat16 *y = (__nv_bfloat16 *)a.y;
     FOR_EACH(j, n / 4) {
-        float4 v = ((const float4 *)a.x)[j];
-        if (ELU) v = make_float4(elu_bf16(v.x), elu_bf16(v.y), elu_bf16(v.z), elu_bf16(v.w));
-        ((uint2 *)y)[j] = bf16x4(v.x, v.y, v.z, v.w);
+        const float4 v = ((const float4 *)a.x)[j];
+        ((uint2 *)y)[j] = bf16x4(to_bf16_f<MODE>(v.x), to_bf16_f<MODE>(v.y), to_bf16_f<MODE>(v.z), to_bf16_f<MODE>(v.w));
     }
-    FOR_EACH(j, n % 4) {
-        const float v = a.x[n / 4 * 4 + j];
-        y[n / 4 * 4 + j] = __float2bfloat16_rn(ELU ? elu_bf16(v) : v);
-    }
+    FOR_EACH(j, n % 4) y[n / 4 * 4 + j] = __float2bfloat16_rn(to_bf16_f<MODE>(a.x[n / 4 * 4 + j]));
     const size_t n1 = (size_t)a.ones * a.cols;
     if (n % 4 == 0) {
         FOR_EACH(j, n1 / 4) ((uint2 *)(y + n))[j] = bf16x4(1.0f, 1.0f, 1.0f, 1.0f);
@@ -78,14 +80,16 @@ static __global__ void to_bf16_kernel(const struct op_pointwise a, size_t n) {
 }
 
 static int launch_pointwise(const struct op_pointwise *a, struct gpu_exec *ex) {
-    if (a->mode == EW_BF16 || a->mode == EW_ELU_BF16) {
+    if (a->mode == EW_BF16 || a->mode == EW_ELU_BF16 || a->mode == EW_GELU_BF16) {
         const size_t n = (size_t)a->channels * a->cols;
         if ((uintptr_t)a->x % 16 || (uintptr_t)a->y % 8) {
             if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "to_bf16: operands not aligned");
             return MIMI_EINVAL;
         }
-        pdl_launch(a->mode == EW_ELU_BF16 ? to_bf16_kernel<true> : to_bf16_kernel<false>,
-                   grid_for((n + (size_t)a->ones * a->cols) / 4 + 1, 256), 256, 0, ex, *a, n);
+        void (*kernel)(const struct op_pointwise, size_t) = a->mode == EW_ELU_BF16    ? to_bf16_kernel<EW_ELU_BF16>
+                                                             : a->mode == EW_GELU_BF16 ? to_bf16_kernel<EW_GELU_BF16>
+                                                                                       : to_bf16_kernel<EW_BF16>;
+        pdl_launch(kernel, grid_for((n + (size_t)a->ones * a->cols) / 4 + 1, 256), 256, 0, ex, *a, n);
         return launch_status(ex, "to_bf16");
     }
     const int rows = a->channels + (a->mode == EW_ELU_ONES ? a->ones : 0);

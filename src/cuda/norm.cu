@@ -33,8 +33,11 @@ static __global__ void __launch_bounds__(32 * NORM_WARPS) norm_kernel(const stru
     for (int i = lane; i < d; i += 32) q += ((double)x[i] - mean) * ((double)x[i] - mean);
     const double var = warp_sum_d(q) / d;
     const float inv = (float)(1.0 / sqrt(var + (double)a.eps)), mf = (float)mean;
-    float *out = a.out + (size_t)row * d;
-    for (int i = lane; i < d; i += 32) out[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x[i], mf), inv), a.w[i]), a.b[i]);
+    for (int i = lane; i < d; i += 32) {
+        const float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x[i], mf), inv), a.w[i]), a.b[i]);
+        if (a.out_bf16) ((__nv_bfloat16 *)a.out)[(size_t)row * d + i] = __float2bfloat16_rn(v);
+        else a.out[(size_t)row * d + i] = v;
+    }
 }
 
 // The same arithmetic with the row in registers: lane l holds values 4 (l + 32 k) .. + 3, k < V
@@ -73,14 +76,15 @@ static __global__ void __launch_bounds__(32 * NORM_WARPS) norm_rows_kernel(const
     }
     const double var = warp_sum_d(q) / d;
     const float inv = (float)(1.0 / sqrt(var + (double)a.eps)), mf = (float)mean;
-    float4 *out = (float4 *)(a.out + (size_t)row * d);
     const float4 *w = (const float4 *)a.w, *b = (const float4 *)a.b;
     auto f = [&](float x, float w, float b) { return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x, mf), inv), w), b); };
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const float4 wk = w[lane + 32 * k], bk = b[lane + 32 * k];
-        out[lane + 32 * k] = make_float4(f(v[k].x, wk.x, bk.x), f(v[k].y, wk.y, bk.y), f(v[k].z, wk.z, bk.z),
-                                         f(v[k].w, wk.w, bk.w));
+        const float4 o = make_float4(f(v[k].x, wk.x, bk.x), f(v[k].y, wk.y, bk.y), f(v[k].z, wk.z, bk.z),
+                                     f(v[k].w, wk.w, bk.w));
+        if (a.out_bf16) ((uint2 *)a.out)[(size_t)row * d / 4 + lane + 32 * k] = bf16x4(o.x, o.y, o.z, o.w);
+        else ((float4 *)a.out)[(size_t)row * d / 4 + lane + 32 * k] = o;
     }
 }
 

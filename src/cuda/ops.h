@@ -204,6 +204,7 @@ enum {
     EW_BF16 = 6,      // y (bfloat16 values, 2 bytes each) = x rounded to nearest even
     EW_ELU_BF16 = 7,  // y (bfloat16 values) = elu(x) rounded to nearest even (elu_bf16), and
                       // the `ones` rows after the last channel = 1.0
+    EW_GELU_BF16 = 8, // y (bfloat16 values) = gelu(x) rounded to nearest even
 };
 
 // y, x: (channels, cols).
@@ -287,6 +288,7 @@ struct op_norm {
     const float *w, *b;      // LayerNorm weight and bias (d)
     int rows, d, mode;
     float eps;
+    int out_bf16;  // out holds bfloat16 values (rounded to nearest even): FAST_BF16's linears
 };
 int mimi_cuda_norm(const struct op_norm *a, struct gpu_exec *ex);
 

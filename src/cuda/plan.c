@@ -189,8 +189,8 @@ void gpu_weights_release(struct gpu_weights *w) {
     w->n_owned = 0;
 }
 
-static int bind_transformer(struct gpu_layer_w *out, const struct transformer *t, gpu_map_fn map,
-                            void *ctx) {
+static int bind_transformer(struct gpu_weights *ws, struct gpu_layer_w *out, const struct transformer *t,
+                            gpu_map_fn map, void *ctx, int bf16) {
     int rc = MIMI_OK;
     const size_t d = (size_t)t->d_model, ff = (size_t)t->d_ff;
     for (int l = 0; l < t->n_layers; l++) {
@@ -205,6 +205,11 @@ static int bind_transformer(struct gpu_layer_w *out, const struct transformer *t
         MAP(out[l].linear2, w->linear2, d * ff);
         MAP(out[l].scale1, w->scale1, d);
         MAP(out[l].scale2, w->scale2, d);
+        if (rc || !bf16) continue;
+        out[l].in_proj16 = map_bf16(ws, w->in_proj, 3 * d * d, map, ctx);
+        out[l].linear1_16 = map_bf16(ws, w->linear1, ff * d, map, ctx);
+        out[l].linear2_16 = map_bf16(ws, w->linear2, d * ff, map, ctx);
+        if (!out[l].in_proj16 || !out[l].linear1_16 || !out[l].linear2_16) rc = MIMI_ENOMEM;
     }
     return rc;
 }
@@ -219,8 +224,8 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
     const int bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
     rc = bind_seanet(w, w->enc, &m->encoder, map, ctx, bf16);
     if (!rc) rc = bind_seanet(w, w->dec, &m->decoder, map, ctx, bf16);
-    if (!rc) rc = bind_transformer(w->enc_tr, &m->enc_tr, map, ctx);
-    if (!rc) rc = bind_transformer(w->dec_tr, &m->dec_tr, map, ctx);
+    if (!rc) rc = bind_transformer(w, w->enc_tr, &m->enc_tr, map, ctx, bf16);
+    if (!rc) rc = bind_transformer(w, w->dec_tr, &m->dec_tr, map, ctx, bf16);
     MAP(w->enc_freq, w->freq_host[0], m->enc_tr.head_dim / 2);
     MAP(w->dec_freq, w->freq_host[1], m->dec_tr.head_dim / 2);
     const struct mimi_conv *dn = &m->downsample, *up = &m->upsample;
@@ -430,7 +435,8 @@ static struct op_gemm *gemm(struct builder *B, int ta, int tb, int m, int n, int
 
 static void pointwise(struct builder *B, int mode, float *y, float *x, const float *bias, int channels,
                       size_t cols, int ones) {
-    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu", "to_bf16", "elu_bf16"};
+    static const char *names[] = {"bias", "bias_elu", "residual", "elu", "gelu", "elu", "to_bf16", "elu_bf16",
+                                  "gelu_bf16"};
     struct op_pointwise *a = &emit(B, GOP_POINTWISE, names[mode])->u.pointwise;
     *a = (struct op_pointwise){y, x, bias, channels, cols, mode, ones};
 }
@@ -710,12 +716,16 @@ static void plan_transformer_persistent(struct builder *B, const struct transfor
 // in (d, R*steps) -> out (d, R*steps) through every layer, with the slots' KV rings. Small steps
 // (the linears on the skinny kernel) fold each residual add and LayerNorm into the next linear;
 // the residual stream then alternates between two buffers, since the linear's blocks all read it
-// while one of them writes its update.
+// while one of them writes its update. In MIMI_PRECISION_FAST_BF16 the larger steps' qkv and
+// feed-forward products take bf16 operands: the LayerNorms write h in bf16, and GELU's pass
+// writes its output in bf16 into the qkv buffer (consumed by then); the out-projection, whose
+// input the attention writes in f32, stays on TF32.
 static void plan_transformer(struct builder *B, const struct transformer *t, const struct gpu_layer_w *lw,
                              const float *freq, const float *in, float *out) {
     const struct gpu_layout *L = B->L;
     const int d = t->d_model, rows = B->R * L->steps, ff = t->d_ff;
     const int fold = rows <= GPU_SKINNY_MAX && (long)rows * d <= GPU_LN_MAX_FLOATS;
+    const int bf16 = B->L->conv_bf16 && !fold && lw[0].in_proj16 && ff <= 6 * d && d % 8 == 0 && ff % 8 == 0;
     float *xs[2] = {scratch(B, L->sc_x), scratch(B, L->sc_x2)}, *h = scratch(B, L->sc_h), *y = scratch(B, L->sc_y);
     float *qkv = scratch(B, L->sc_qkv), *att = scratch(B, L->sc_att), *f = scratch(B, L->sc_ff);
     struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
@@ -728,12 +738,13 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
     emit(B, GOP_POSITIONS, "positions")->u.attention = base;
     int cur = 0;  // xs[cur] holds the residual stream
     transpose(B, in, xs[cur], d, rows);
-    struct op_norm n = {xs[cur], NULL, NULL, h, lw[0].norm1_w, lw[0].norm1_b, rows, d, NORM_LN, 1e-5f};
+    struct op_norm n = {xs[cur], NULL, NULL, h, lw[0].norm1_w, lw[0].norm1_b, rows, d, NORM_LN, 1e-5f, bf16};
     if (!fold) emit(B, GOP_NORM, "layernorm")->u.norm = n;
     for (int l = 0; l < t->n_layers; l++) {
         const struct gpu_layer_w *w = &lw[l];
         // qkv (rows, 3d) = h . in_proj^T, h = LN1(x) (folded: x += scale2 * y of the layer before)
-        struct op_gemm *g = gemm(B, 1, 0, 3 * d, rows, d, w->in_proj, d, h, d, qkv, 3 * d, 0.0f);
+        struct op_gemm *g = gemm(B, 1, 0, 3 * d, rows, d, bf16 ? w->in_proj16 : w->in_proj, d, h, d, qkv, 3 * d, 0.0f);
+        g->ab_bf16 = bf16;
         if (fold && l == 0) ln_into(g, xs[cur], NULL, NULL, w->norm1_w, w->norm1_b, NULL);
         if (fold && l > 0) {
             ln_into(g, xs[cur], y, lw[l - 1].scale2, w->norm1_w, w->norm1_b, xs[cur ^ 1]);
@@ -746,20 +757,21 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
         emit(B, GOP_ATTENTION, "attention")->u.attention = a;
         // x += scale1 * (att . out_proj^T); h = LN2(x)
         gemm(B, 1, 0, d, rows, d, w->out_proj, d, att, d, y, d, 0.0f);
-        n = (struct op_norm){xs[cur], y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, 1e-5f};
+        n = (struct op_norm){xs[cur], y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, 1e-5f, bf16};
         if (!fold) emit(B, GOP_NORM, "residual_layernorm")->u.norm = n;
         // x += scale2 * (gelu(h . linear1^T) . linear2^T) (folded: added by the next layer's qkv)
-        g = gemm(B, 1, 0, ff, rows, d, w->linear1, d, h, d, f, ff, 0.0f);
-        g->gelu = 1;
+        g = gemm(B, 1, 0, ff, rows, d, bf16 ? w->linear1_16 : w->linear1, d, h, d, f, ff, 0.0f);
+        g->gelu = !bf16, g->ab_bf16 = bf16;
         if (fold) {
             ln_into(g, xs[cur], y, w->scale1, w->norm2_w, w->norm2_b, xs[cur ^ 1]);
             cur ^= 1;
         }
-        gemm(B, 1, 0, d, rows, ff, w->linear2, ff, f, ff, y, d, 0.0f);
+        if (bf16) pointwise(B, EW_GELU_BF16, qkv, f, NULL, 1, (size_t)rows * ff, 0);
+        gemm(B, 1, 0, d, rows, ff, bf16 ? w->linear2_16 : w->linear2, ff, bf16 ? qkv : f, ff, y, d, 0.0f)->ab_bf16 = bf16;
         int last = l + 1 == t->n_layers;
         if (fold && !last) continue;
         n = (struct op_norm){xs[cur], y, w->scale2, h, last ? NULL : lw[l + 1].norm1_w,
-                             last ? NULL : lw[l + 1].norm1_b, rows, d, last ? NORM_RESID : NORM_RESID_LN, 1e-5f};
+                             last ? NULL : lw[l + 1].norm1_b, rows, d, last ? NORM_RESID : NORM_RESID_LN, 1e-5f, bf16};
         emit(B, GOP_NORM, last ? "residual" : "residual_layernorm")->u.norm = n;
     }
     transpose(B, xs[cur], out, rows, d);

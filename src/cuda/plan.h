@@ -34,6 +34,9 @@ struct gpu_conv_w {
 struct gpu_layer_w {
     const float *norm1_w, *norm1_b, *in_proj, *out_proj;
     const float *norm2_w, *norm2_b, *linear1, *linear2, *scale1, *scale2;
+    // MIMI_PRECISION_FAST_BF16: in_proj, linear1 and linear2 in bfloat16, for steps whose
+    // linears run on cuBLAS (more rows than the skinny kernel takes)
+    const float *in_proj16, *linear1_16, *linear2_16;
 };
 
 // Every tensor a plan reads, as pointers in the executing memory (device, or host for the
@@ -49,8 +52,9 @@ struct gpu_weights {
     const float *projection;           // (d, frame_dim) when the model has no quantizer
     float freq_host[2][GPU_MAX_HEAD_DIM / 2];  // the rotary tables before mapping
     // host copies made for mapping: per SEANet layer at most 6 (a resblock's two packed convs,
-    // their bf16 copies and their transposes), in two SEANets, and the bf16 downsampling weight
-    float *owned[12 * MIMI_MAX_SEANET_LAYERS + 1];
+    // their bf16 copies and their transposes), in two SEANets, the bf16 downsampling weight,
+    // and three bf16 linears per transformer layer
+    float *owned[12 * MIMI_MAX_SEANET_LAYERS + 1 + 6 * GPU_MAX_LAYERS];
     int n_owned;
 };
 
