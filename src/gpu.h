@@ -67,9 +67,12 @@ int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots,
 int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output);
 
 // Where the input rows of a batch with one plan (a whole-signal batch) sit in its pinned stage:
-// a caller may write them there while no step is pending, then submit with this as `input`
-// (taken unchecked). NULL for a batch of several plans.
+// a caller may write them there while no step is pending, or once mimi_cuda_input_free returned
+// (the pending step has read them), then submit with this as `input` (taken unchecked). NULL for
+// a batch of several plans.
 void *mimi_cuda_input_rows(struct mimi_batch *b);
+// Waits until the pending step (if any) has copied its inputs from the pinned stage.
+int mimi_cuda_input_free(struct mimi_batch *b);
 // The pinned output rows of the last collected step (valid until the next submit).
 const void *mimi_cuda_output_rows(const struct mimi_batch *b);
 // Waits for the submitted step and copies its n rows out (codes, latents or pcm; not with

@@ -11,11 +11,20 @@
 
 #define WORD 4  // bytes of a sample, a code or a latent value
 
+// A lane's slots as of its next step, the step staged in its input (rows written, not yet
+// queued) and the step queued on the device: per row its slot, signal and first frame.
+struct rows {
+    int *slot, *sig;
+    int64_t *f0;
+    int n;
+};
 struct lane {
-    int *sig;         // (slots) the signal in each slot, -1 when idle
-    int64_t *done;    // (slots) the frames of that signal stepped so far
-    int *listed;      // (slots) the queued step's slots, in row order; n_listed of them
-    int n_listed;
+    int *sig;         // (slots) the signal in each slot at the next step to stage, -1 when idle
+    int64_t *done;    // (slots) that signal's frames staged so far
+    int *reset;       // (slots) 1: the slot takes a new signal after the staged step (reset then)
+    struct rows staged, queued;
+    int staged_valid;  // real frames of the staged step's row 0
+    void *in;          // the lane's input rows
 };
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -66,79 +75,116 @@ static void take_row(const struct offline_lanes *d, const struct offline_signal 
             memcpy(out + (size_t)WORD * (q * s->n_frames + f0 + f), row + (size_t)WORD * (f * d->per_frame + q), WORD);
 }
 
-// Collects the lane's queued step, hands each row to its signal, and moves a slot whose signal
-// ended to the next signal (*next), resetting it.
-static int collect(const struct offline_lanes *d, int l, struct lane *L, const struct offline_signal *sig, int n,
-                   int *next) {
+// Collects the lane's queued step and hands each row to its signal.
+static int collect(const struct offline_lanes *d, int l, struct lane *L, const struct offline_signal *sig) {
     const void *rows = NULL;
     int rc = d->collect(d->ctx, l, &rows);
     const unsigned char *out = (const unsigned char *)rows;
-    for (int k = 0; rc == MIMI_OK && k < L->n_listed; k++) {
-        const int s = L->listed[k];
-        take_row(d, &sig[L->sig[s]], L->done[s], out + out_row(d) * k);
-        L->done[s] += d->frames;
-        if (L->done[s] < sig[L->sig[s]].n_frames) continue;
-        L->sig[s] = *next < n ? (*next)++ : -1;
-        L->done[s] = 0;
-        if (L->sig[s] >= 0) rc = d->reset(d->ctx, l, s);
-    }
-    L->n_listed = 0;
+    for (int k = 0; rc == MIMI_OK && k < L->queued.n; k++)
+        take_row(d, &sig[L->queued.sig[k]], L->queued.f0[k], out + out_row(d) * k);
+    L->queued.n = 0;
     return rc;
 }
 
-// Queues a step of every slot of the lane that has a signal; *queued is set when there was one.
-static int submit(const struct offline_lanes *d, int l, struct lane *L, const struct offline_signal *sig,
-                  int *queued) {
-    int valid = 0, any = 0;
-    for (int s = 0; s < d->slots; s++) any |= L->sig[s] >= 0;
-    if (!any) return MIMI_OK;
-    void *rows = NULL;
-    int rc = d->input(d->ctx, l, &rows);
-    if (rc) return rc;
-    unsigned char *in = (unsigned char *)rows;
-    for (int s = 0; s < d->slots; s++) {
-        if (L->sig[s] < 0) continue;
-        const struct offline_signal *x = &sig[L->sig[s]];
-        rc = L->done[s] == 0 && d->check ? d->check(d->check_ctx, L->sig[s]) : MIMI_OK;
-        if (rc) {
-            L->n_listed = 0;
-            return rc;
-        }
-        if (!L->n_listed) valid = (int)min64(d->frames, x->n_frames - L->done[s]);
-        fill_row(d, x, L->done[s], in + in_row(d) * L->n_listed);
-        L->listed[L->n_listed++] = s;
-    }
-    *queued = 1;
-    rc = d->submit(d->ctx, l, L->n_listed, L->listed, in, valid);
-    if (rc) L->n_listed = 0;
+// Checks the signals up to `upto` not checked yet (*checked of them are), in index order: each
+// before its first step, and the first bad one is the one named.
+static int check_upto(const struct offline_lanes *d, int upto, int *checked) {
+    int rc = MIMI_OK;
+    for (; rc == MIMI_OK && *checked <= upto; (*checked)++)
+        if (d->check) rc = d->check(d->check_ctx, *checked);
     return rc;
+}
+
+// Writes the lane's next step into its input (once its queued step, if any, has read its own)
+// and advances its slots past it: a slot whose signal ends there takes the next signal (*next),
+// to be reset once the staged step is queued. Nothing is staged when no slot has a signal.
+static int stage(const struct offline_lanes *d, int l, struct lane *L, const struct offline_signal *sig, int n,
+                 int *next, int *checked) {
+    int any = 0;
+    for (int s = 0; s < d->slots; s++) any |= L->sig[s] >= 0;
+    L->staged.n = 0;
+    if (!any) return MIMI_OK;
+    int rc = d->input(d->ctx, l, &L->in);
+    unsigned char *in = (unsigned char *)L->in;
+    for (int s = 0; rc == MIMI_OK && s < d->slots; s++) {
+        const int i = L->sig[s];
+        if (i < 0) continue;
+        rc = check_upto(d, i, checked);
+        if (rc) break;
+        const int k = L->staged.n++;
+        if (!k) L->staged_valid = (int)min64(d->frames, sig[i].n_frames - L->done[s]);
+        fill_row(d, &sig[i], L->done[s], in + in_row(d) * k);
+        L->staged.slot[k] = s, L->staged.sig[k] = i, L->staged.f0[k] = L->done[s];
+        L->done[s] += d->frames;
+        if (L->done[s] < sig[i].n_frames) continue;
+        L->sig[s] = *next < n ? (*next)++ : -1;
+        L->done[s] = 0;
+        L->reset[s] = L->sig[s] >= 0;
+    }
+    if (rc) L->staged.n = 0;
+    return rc;
+}
+
+// Queues the lane's staged step, then the resets of the slots that take a new signal after it.
+static int launch(const struct offline_lanes *d, int l, struct lane *L) {
+    int rc = d->submit(d->ctx, l, L->staged.n, L->staged.slot, L->in, L->staged_valid);
+    struct rows t = L->queued;
+    L->queued = L->staged, L->staged = t;
+    L->staged.n = 0;
+    if (rc) L->queued.n = 0;
+    for (int s = 0; s < d->slots; s++) {
+        if (rc == MIMI_OK && L->reset[s]) rc = d->reset(d->ctx, l, s);
+        L->reset[s] = 0;
+    }
+    return rc;
+}
+
+static int rows_alloc(struct rows *r, int slots) {
+    r->slot = (int *)malloc(sizeof(int) * 2 * (size_t)slots);
+    r->f0 = (int64_t *)malloc(sizeof(int64_t) * (size_t)slots);
+    r->sig = r->slot ? r->slot + slots : NULL;
+    r->n = 0;
+    return r->slot && r->f0;
+}
+
+static void lane_free(struct lane *L) {
+    free(L->sig);
+    free(L->done);
+    free(L->staged.slot), free(L->staged.f0);
+    free(L->queued.slot), free(L->queued.f0);
 }
 
 int mimi_offline_schedule(const struct offline_lanes *d, int n, const struct offline_signal *sig) {
     struct lane *lanes = (struct lane *)calloc((size_t)d->n_lanes, sizeof *lanes);
-    int rc = lanes ? MIMI_OK : MIMI_ENOMEM, next = 0;
+    int rc = lanes ? MIMI_OK : MIMI_ENOMEM, next = 0, checked = 0;
     for (int l = 0; rc == MIMI_OK && l < d->n_lanes; l++) {
         struct lane *L = &lanes[l];
         L->sig = (int *)malloc(sizeof(int) * 2 * (size_t)d->slots);
         L->done = (int64_t *)calloc((size_t)d->slots, sizeof(int64_t));
-        if (!L->sig || !L->done) rc = MIMI_ENOMEM;
-        else L->listed = L->sig + d->slots;
-        for (int s = 0; rc == MIMI_OK && s < d->slots; s++) L->sig[s] = next < n ? next++ : -1;
+        L->reset = L->sig ? L->sig + d->slots : NULL;
+        if (!L->sig || !L->done || !rows_alloc(&L->staged, d->slots) || !rows_alloc(&L->queued, d->slots))
+            rc = MIMI_ENOMEM;
+        for (int s = 0; rc == MIMI_OK && s < d->slots; s++) L->sig[s] = next < n ? next++ : -1, L->reset[s] = 0;
     }
-    // each lane in turn: collect its step, queue its next; the others run meanwhile
-    for (int queued = 1; rc == MIMI_OK && queued;) {
-        queued = 0;
+    // each lane in turn: collect its queued step, queue the staged one, stage the next while the
+    // device runs it (and the other lanes' steps); a lane stages its first step when it is first
+    // visited, so that the device starts on lane 0's while the host stages lane 1's
+    for (int busy = 1; rc == MIMI_OK && busy;) {
+        busy = 0;
         for (int l = 0; rc == MIMI_OK && l < d->n_lanes; l++) {
-            const int had_step = lanes[l].n_listed;
-            if (had_step) rc = collect(d, l, &lanes[l], sig, n, &next);
-            if (rc == MIMI_OK) rc = submit(d, l, &lanes[l], sig, &queued);
-            if (rc == MIMI_OK && had_step && !lanes[l].n_listed && d->retire) d->retire(d->ctx, l);
+            struct lane *L = &lanes[l];
+            const int had_step = L->queued.n > 0;
+            if (had_step) rc = collect(d, l, L, sig);
+            if (rc == MIMI_OK && !L->staged.n) rc = stage(d, l, L, sig, n, &next, &checked);
+            if (rc == MIMI_OK && L->staged.n) {
+                rc = launch(d, l, L);
+                if (rc == MIMI_OK) rc = stage(d, l, L, sig, n, &next, &checked);
+                busy = 1;
+            }
+            if (rc == MIMI_OK && had_step && !L->queued.n && !L->staged.n && d->retire) d->retire(d->ctx, l);
         }
     }
-    for (int l = 0; lanes && l < d->n_lanes; l++) {
-        free(lanes[l].sig);
-        free(lanes[l].done);
-    }
+    for (int l = 0; lanes && l < d->n_lanes; l++) lane_free(&lanes[l]);
     free(lanes);
     return rc;
 }

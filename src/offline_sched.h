@@ -5,8 +5,10 @@
  * Each signal gets a slot for its whole length and advances `frames` frames per step, its last
  * step zero-padded (every op is causal: the padding changes no output that is kept); when it
  * ends, its slot is reset and takes the next signal. Slots are spread over `n_lanes` batches
- * ("lanes") that are submitted in turn, so that the host stages one lane's step while the
- * device runs another's.
+ * ("lanes") that are submitted in turn. A lane's next step is staged (its rows written to the
+ * lane's input) as soon as its queued step has read its own input, so that the host writes
+ * rows while the device runs that lane's step and the others': a lane's step is queued the
+ * moment the one before it is collected.
  */
 #ifndef MIMI_OFFLINE_SCHED_H
 #define MIMI_OFFLINE_SCHED_H
@@ -30,8 +32,9 @@ struct offline_signal {
 struct offline_lanes {
     int n_lanes, slots, frames;  // batches, slots per batch (open, ids 0 .. slots-1), frames per step
     int encode, frame_size, per_frame;
-    // Where the lane's next step's input rows go (*rows; the lane has no step queued). A
-    // device lane hands out its pinned stage, so that rows are written once.
+    // Where the lane's next step's input rows go (*rows), once the lane's queued step (if any)
+    // no longer reads them. A device lane hands out its pinned stage, so that rows are written
+    // once, after the queued step's input copy.
     int (*input)(void *ctx, int lane, void **rows);
     // Queues a step of the n listed slots, whose rows are in the lane's input; `valid` is the
     // number of real frames of row 0 (for a single signal's taps). MIMI_OK or a negative code.
@@ -44,8 +47,8 @@ struct offline_lanes {
     // freed then, while the other lanes' last steps run.
     void (*retire)(void *ctx, int lane);
     void *ctx;
-    // Checks signal i just before its first step (NULL: every signal was checked beforehand).
-    // Signals are checked in index order, so that the first bad one is the one named.
+    // Checks signal i before its first step is staged (NULL: every signal was checked
+    // beforehand). Signals are checked in index order, so that the first bad one is the one named.
     int (*check)(void *check_ctx, int signal);
     void *check_ctx;
     // Copies the samples of a row in or out (NULL: memcpy); a device lane splits a long signal's

@@ -76,6 +76,7 @@ static int setup_device(struct mimi_batch *b, int precision) {
     CK(cudaStreamCreateWithFlags(&gb->stream, cudaStreamNonBlocking), "stream");
     CK(cudaEventCreateWithFlags(&gb->done, cudaEventDisableTiming), "event");
     CK(cudaEventCreateWithFlags(&gb->ready, cudaEventDisableTiming), "event");
+    CK(cudaEventCreateWithFlags(&gb->staged, cudaEventDisableTiming), "event");
     if (cublasCreate(&gb->cublas) != CUBLAS_STATUS_SUCCESS || cublasLtCreate(&gb->cublaslt) != CUBLAS_STATUS_SUCCESS) {
         mimi_batch_error(b, "cuda: cublasCreate failed");
         return MIMI_EDEVICE;
@@ -240,6 +241,7 @@ static void batch_free(struct mimi_batch *b) {
     free(gb->host);
     if (gb->done) cudaEventDestroy(gb->done);
     if (gb->ready) cudaEventDestroy(gb->ready);
+    if (gb->staged) cudaEventDestroy(gb->staged);
     if (gb->stream) cudaStreamDestroy(gb->stream);
     cudaGetLastError();
     free(gb->tap_buf);

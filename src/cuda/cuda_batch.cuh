@@ -31,7 +31,7 @@ struct mimi_cuda_batch {
     cudaStream_t stream;
     cublasHandle_t cublas;
     cublasLtHandle_t cublaslt;
-    cudaEvent_t done, ready;
+    cudaEvent_t done, ready, staged;  // staged: the submitted step's inputs left the pinned stage
     struct gpu_exec ex;
     int poisoned, pending, pending_n, pending_bucket;
     int tap_frames;  // the taps hand over the first tap_frames of the L.frames frames of a row

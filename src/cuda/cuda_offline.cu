@@ -249,10 +249,11 @@ static int lane_make(struct lanes *c, int l) {
 }
 
 // A lane's input rows are its pinned stage (the scheduler writes each row once, unchecked:
-// samples were checked by the caller's check, codes and latents before the pass).
+// samples were checked by the caller's check, codes and latents before the pass), free once the
+// queued step's input copy is done.
 static int lane_input(void *ctx, int lane, void **rows) {
     struct lanes *c = (struct lanes *)ctx;
-    int rc = c->lane[lane] ? MIMI_OK : lane_make(c, lane);
+    int rc = c->lane[lane] ? mimi_cuda_input_free(c->lane[lane]) : lane_make(c, lane);
     if (rc == MIMI_OK && !(*rows = mimi_cuda_input_rows(c->lane[lane]))) {
         mimi_batch_error(c->lane[lane], "cuda: a whole-signal lane needs exactly one plan");
         rc = MIMI_ESTATE;

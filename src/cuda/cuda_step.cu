@@ -76,6 +76,7 @@ extern "C" int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, c
     if (rc) return rc;
     const struct gpu_plan *p = &gb->plans[i];
     CK(cudaMemcpyAsync(p->stage, gb->host, p->stage_bytes, cudaMemcpyHostToDevice, gb->stream), "input copy");
+    CK(cudaEventRecord(gb->staged, gb->stream), "event");
     CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
     return queue_output(b, i, n);
 }
@@ -140,6 +141,14 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
 extern "C" void *mimi_cuda_input_rows(struct mimi_batch *b) {
     struct mimi_cuda_batch *gb = b->gpu;
     return gb->n_buckets == 1 ? gb->host + sizeof(float) * gpu_stage_input_offset(gb->plans[0].R) : NULL;
+}
+
+extern "C" int mimi_cuda_input_free(struct mimi_batch *b) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    if (!gb->pending) return MIMI_OK;
+    CK(cudaSetDevice(gb->device), "set device");
+    CK(cudaEventSynchronize(gb->staged), "input copy");
+    return MIMI_OK;
 }
 
 extern "C" const void *mimi_cuda_output_rows(const struct mimi_batch *b) {
