@@ -170,15 +170,17 @@ enum mimi_backend {
  * (rounded to nearest even when stored, read back as f32). The rings are the largest part of a
  * stream's device state: this halves a stream's memory (about 23.5 MB to 15 MB per encode and
  * decode pair), so a GPU holds more streams, and attention reads half the bytes.
- * FAST_BF16: FAST_BF16_KV, and the SEANets' large conv and transposed-conv products on bfloat16
- * tensor cores: their operands (the im2col matrix or the transposed conv's input, and the weights
- * with the bias) are rounded to bfloat16 (8 significant bits, nearest even) and accumulated in f32;
- * the ELUs that feed them use a faster exponential (within 1e-7, far below that rounding).
- * The im2col matrices, the largest scratch of a big step, take half the memory, so a step of many
- * streams or a whole-signal pass runs the fastest of all modes, and the least faithful.
- * Products small enough for the bandwidth-bound kernel (one stream's transformer rows, the late
- * SEANet layers) and products over fewer than 64 values (the first conv) stay f32 in every
- * mode. The measured code agreement and PCM error of each mode against STRICT are in
+ * FAST_BF16: FAST_BF16_KV, and more on bfloat16 tensor cores (operands rounded to bfloat16, 8
+ * significant bits, nearest even; f32 accumulation): the SEANets' large conv and transposed-conv
+ * products (the im2col matrix or the transposed conv's input, and the weights with the bias),
+ * the transformers' qkv and feed-forward products of steps of more than 16 rows (more than 8
+ * streams, or a whole-signal pass), and the attention of whole-signal passes (queries and
+ * softmax probabilities rounded). The ELUs that feed those products use a faster exponential
+ * (within 1e-7, far below that rounding). The im2col matrices, the largest scratch of a big step,
+ * take half the memory, so a step of many streams or a whole-signal pass runs the fastest of all
+ * modes, and the least faithful. Products small enough for the bandwidth-bound kernel (one
+ * stream's transformer rows, the late SEANet layers) and products over fewer than 64 values
+ * (the first conv) stay f32 in every mode. The measured code agreement and PCM error of each mode against STRICT are in
  * bench/results/ (mimi-bench-gpu prints them). */
 enum mimi_precision {
     MIMI_PRECISION_STRICT = 0,
