@@ -150,14 +150,18 @@ struct batch_run {
 };
 
 // An encode and a decode batch of B slots of `m` with slots 0 .. B-1 open in both, and the
-// slot list 0 .. B-1 (malloc'd); 0, or -1 with nothing left allocated.
-static int batch_pair(struct mimi_model *m, int B, struct mimi_batch **enc, struct mimi_batch **dec, int **slots) {
+// slot list 0 .. B-1 (malloc'd); 0, or -1 with nothing left allocated. With frames > 1 they are
+// whole-signal lanes stepping that many frames, made as mimi_encode_offline_many makes them.
+static int batch_pair(struct mimi_model *m, int B, int frames, struct mimi_batch **enc, struct mimi_batch **dec,
+                      int **slots) {
     struct mimi_batch_params bp;
     mimi_batch_params_default(&bp);
     bp.capacity = B;
-    *enc = mimi_batch_create(m, &bp, NULL);
+    int err = 0;
+    if (frames > 1) bp.attention = MIMI_ATTENTION_WINDOW;
+    *enc = frames > 1 ? mimi_cuda_offline_create(m, &bp, frames, &err) : mimi_batch_create(m, &bp, NULL);
     bp.direction = MIMI_DIRECTION_DECODE;
-    *dec = *enc ? mimi_batch_create(m, &bp, NULL) : NULL;
+    *dec = !*enc ? NULL : frames > 1 ? mimi_cuda_offline_create(m, &bp, frames, &err) : mimi_batch_create(m, &bp, NULL);
     *slots = malloc(sizeof(int) * B);
     int ok = *enc && *dec && *slots;
     for (int s = 0; s < B && ok; s++) ok = ((*slots)[s] = mimi_batch_open(*enc)) == s && mimi_batch_open(*dec) == s;
@@ -172,7 +176,7 @@ static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
     struct batch_run r = {0};
     struct mimi_batch *enc, *dec;
     int *slots;
-    if (batch_pair(m, B, &enc, &dec, &slots)) return r;
+    if (batch_pair(m, B, 1, &enc, &dec, &slots)) return r;
     float *pcm = malloc(sizeof(float) * 1920 * (size_t)B), *out = malloc(sizeof(float) * 1920 * (size_t)B);
     int32_t *codes = malloc(sizeof(int32_t) * 8 * (size_t)B);
     double *te = malloc(sizeof(double) * steps), *td = malloc(sizeof(double) * steps), *ts = malloc(sizeof(double) * steps),
@@ -386,33 +390,13 @@ static int print_ops;                  // --ops: every op of the profiled step, 
 
 static int lane_frames;  // --frames F: profile a whole-signal lane's step of F frames per slot
 
-// An encode and a decode lane of B slots stepping F frames, as the whole-signal passes make them.
-static int lane_pair(struct mimi_model *m, int B, int F, struct mimi_batch **enc, struct mimi_batch **dec,
-                     int **slots) {
-    struct mimi_batch_params bp;
-    mimi_batch_params_default(&bp);
-    bp.capacity = B;
-    bp.attention = MIMI_ATTENTION_WINDOW;
-    int err = 0;
-    *enc = mimi_cuda_offline_create(m, &bp, F, &err);
-    bp.direction = MIMI_DIRECTION_DECODE;
-    *dec = *enc ? mimi_cuda_offline_create(m, &bp, F, &err) : NULL;
-    *slots = malloc(sizeof(int) * B);
-    int ok = *enc && *dec && *slots;
-    for (int s = 0; s < B && ok; s++) ok = ((*slots)[s] = mimi_batch_open(*enc)) == s && mimi_batch_open(*dec) == s;
-    if (ok) return 0;
-    mimi_batch_destroy(*enc), mimi_batch_destroy(*dec), free(*slots);
-    *enc = *dec = NULL, *slots = NULL;
-    return -1;
-}
-
 // One profiled encode and decode step of B streams (after --warm steps; default: rings full),
 // or with --frames F of a whole-signal lane of B slots stepping F frames.
 static void profile(struct mimi_model *m, int B) {
     struct mimi_batch *enc, *dec;
     int *slots;
     const int F = lane_frames > 0 ? lane_frames : 1;
-    if (F > 1 ? lane_pair(m, B, F, &enc, &dec, &slots) : batch_pair(m, B, &enc, &dec, &slots)) {
+    if (batch_pair(m, B, F, &enc, &dec, &slots)) {
         printf("  profile B=%d: the batches could not be made\n", B);
         return;
     }
@@ -457,7 +441,7 @@ static void profile(struct mimi_model *m, int B) {
 // batches of `m`; the decoder takes `codes_in` when given (the strict codes), else its own.
 static int fid_run(struct mimi_model *m, int frames, int32_t *codes, const int32_t *codes_in, float *pcm) {
     struct mimi_batch *enc, *dec;
-    int *slots, rc = batch_pair(m, FID_SLOTS, &enc, &dec, &slots);
+    int *slots, rc = batch_pair(m, FID_SLOTS, 1, &enc, &dec, &slots);
     static float in[FID_SLOTS * 1920];
     for (int f = 0; f < frames && !rc; f++) {
         for (int s = 0; s < FID_SLOTS; s++) fill_audio(in + (size_t)s * 1920, s, f, 1920);

@@ -33,7 +33,36 @@ template <> struct ring4<__nv_bfloat16> {
     static __device__ __forceinline__ uint2 zero() { return make_uint2(0u, 0u); }
 };
 
-// ---- long steps (attention_tiled.cu) ----
+// ---- long steps (attention_tiled.cu, attention_mma.cu) ----
+
+// A tiled block's share: query steps s0 .. s0 + nq - 1 (TQ a block) of row r and head h (grid
+// (R, n_heads, ceil(steps / TQ))), out at the first one's head columns; its slot's position
+// ring, first visible position and span of positions (context + nq - 1), and its head's key and
+// value rows. A padding row's block writes its zeros and gets false.
+template <typename T> struct tiled_block {
+    int r, h, s0, nq, slot;
+    float *out;
+    int32_t pos0, first, span;
+    const int32_t *positions;
+    const T *keys, *values;
+};
+
+template <typename T, int TQ, int HD>
+static __device__ __forceinline__ bool tiled_block_init(const struct op_attention &a, tiled_block<T> &b) {
+    b.r = blockIdx.x, b.h = blockIdx.y, b.s0 = blockIdx.z * TQ, b.nq = min(TQ, a.steps - b.s0);
+    b.slot = a.row_slot[b.r];
+    b.out = a.out + ((size_t)b.r * a.steps + b.s0) * a.d + (size_t)b.h * HD;
+    if (b.slot < 0) {
+        for (int i = threadIdx.x; i < b.nq * HD; i += blockDim.x) b.out[(size_t)(i / HD) * a.d + i % HD] = 0.0f;
+        return false;
+    }
+    const size_t base = (size_t)b.slot * a.slot_stride;
+    b.pos0 = a.next_pos[base] + b.s0, b.first = b.pos0 - a.context + 1, b.span = a.context + b.nq - 1;
+    b.positions = a.positions + base;
+    b.keys = slot_ring<T>(a.keys, a.slot_stride, b.slot) + (size_t)b.h * HD;
+    b.values = slot_ring<T>(a.values, a.slot_stride, b.slot) + (size_t)b.h * HD;
+    return true;
+}
 
 // Whether the tiled kernel takes this attention (head size 64, at least 64 query steps, a ring
 // that holds every position a step's queries can see, 70 KB of shared memory per block); then

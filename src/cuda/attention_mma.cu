@@ -52,19 +52,13 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
     extern __shared__ uint4 am_smem16[];
     __nv_bfloat16 *kv = (__nv_bfloat16 *)am_smem16;  // buffer b: keys at 2b, values at 2b + 1 (AM_TILE each)
     int32_t *kpos = (int32_t *)(kv + 4 * AM_TILE);     // buffer b: AM_TK positions at b * AM_TK (-1: none)
-    const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * AM_TQ, nq = min(AM_TQ, a.steps - s0);
-    const int d = a.d, ring = a.ring, tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int slot = a.row_slot[r];
-    float *out = a.out + ((size_t)r * a.steps + s0) * d + (size_t)h * AM_HD;
-    if (slot < 0) {
-        for (int i = tid; i < nq * AM_HD; i += AM_THREADS) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
-        return;
-    }
-    const size_t base = (size_t)slot * a.slot_stride;
-    const int32_t pos0 = a.next_pos[base] + s0, first = pos0 - a.context + 1, span = a.context + nq - 1;
-    const int32_t *positions = a.positions + base;
-    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
-    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
+    tiled_block<__nv_bfloat16> blk;
+    if (!tiled_block_init<__nv_bfloat16, AM_TQ, AM_HD>(a, blk)) return;
+    const int r = blk.r, h = blk.h, s0 = blk.s0, nq = blk.nq, d = a.d, ring = a.ring;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int32_t pos0 = blk.pos0, first = blk.first, span = blk.span, *positions = blk.positions;
+    const __nv_bfloat16 *keys = blk.keys, *values = blk.values;
+    float *out = blk.out;
     // tile kt into buffer b: chunk e = tid + i * THREADS is row e / 8, values 8 (e % 8) ..
     auto load = [&](int32_t kt, int b) {
         __nv_bfloat16 *ks = kv + 2 * b * AM_TILE, *vs = ks + AM_TILE;

@@ -57,19 +57,13 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_tiled_kernel(con
     extern __shared__ float4 att_smem4[];
     float *qs = (float *)att_smem4, *ks = qs + ATT_TQ * ATT_LD, *vs = ks + ATT_TK * ATT_LD, *ps = vs + ATT_TK * ATT_LD;
     int32_t *kpos = (int32_t *)(ps + ATT_TQ * (ATT_TK + 4));
-    const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * ATT_TQ, nq = min(ATT_TQ, a.steps - s0);
-    const int d = a.d, ring = a.ring, tid = threadIdx.x, g = tid / 16, li = tid % 16;
-    const int slot = a.row_slot[r];
-    float *out = a.out + ((size_t)r * a.steps + s0) * d + (size_t)h * ATT_HD;
-    if (slot < 0) {
-        for (int i = tid; i < nq * ATT_HD; i += ATT_THREADS) out[(size_t)(i / ATT_HD) * d + i % ATT_HD] = 0.0f;
-        return;
-    }
-    const size_t base = (size_t)slot * a.slot_stride;
-    const int32_t pos0 = a.next_pos[base] + s0, first = pos0 - a.context + 1, span = a.context + nq - 1;
-    const int32_t *positions = a.positions + base;
-    const T *keys = slot_ring<T>(a.keys, a.slot_stride, slot) + (size_t)h * ATT_HD;
-    const T *values = slot_ring<T>(a.values, a.slot_stride, slot) + (size_t)h * ATT_HD;
+    tiled_block<T> b;
+    if (!tiled_block_init<T, ATT_TQ, ATT_HD>(a, b)) return;
+    const int r = b.r, h = b.h, s0 = b.s0, nq = b.nq, d = a.d, ring = a.ring;
+    const int tid = threadIdx.x, g = tid / 16, li = tid % 16;
+    const int32_t pos0 = b.pos0, first = b.first, span = b.span, *positions = b.positions;
+    const T *keys = b.keys, *values = b.values;
+    float *out = b.out;
     // piece e = tid + i * THREADS of a tile: row e / 8, dims 8 (e % 8) ..
     unit kr[ATT_LOADS], vr[ATT_LOADS];
     int32_t pr = -1;
