@@ -409,7 +409,8 @@ static void profile(struct mimi_model *m, int B) {
         const int warm = F > 1 && warm_steps > 4 ? 4 : warm_steps;  // a lane's rings fill in 2 steps of 64 frames
         for (int k = 0; k < warm; k++)
             if (mimi_batch_encode(enc, B, slots, pcm, codes) || mimi_batch_decode(dec, B, slots, codes, out)) break;
-        char fbuf[16];
+        char what[48];  // "B=2048", or a lane's "B=32 x frames 64"
+        snprintf(what, sizeof what, F > 1 ? "B=%d x frames %d" : "B=%d", B, F);
         for (int dir = 0; dir < 2; dir++) {
             static struct prof p;
             for (int k = 0; k < 2; k++) {  // the second step is the one kept
@@ -418,8 +419,7 @@ static void profile(struct mimi_model *m, int B) {
                                   : mimi_batch_profile(dec, B, slots, codes, out, on_op, &p);
                 if (rc) printf("    profile failed: %s\n", mimi_strerror(rc));
             }
-            printf("  profile B=%d%s%s %s, steady state: %.1f us in ops (eager launches: more than a graph step)\n", B,
-                   F > 1 ? " x frames " : "", F > 1 ? (snprintf(fbuf, sizeof fbuf, "%d", F), fbuf) : "",
+            printf("  profile %s %s, steady state: %.1f us in ops (eager launches: more than a graph step)\n", what,
                    dir ? "decode" : "encode", p.by_op.total);
             agg_print(p.by_op, "by op:", 10);
             agg_print(p.by_stage, "by stage:", 6);
