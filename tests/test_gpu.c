@@ -424,7 +424,82 @@ static void attention_mma_case(void) {
     free(qkv), free(state), free(o32), free(o16);
 }
 
+// The decoder's last conv inside the top resblock's kernel (op_resblock.last) against the same
+// resblock storing y, then the narrow conv and the carry: 3 rows (a padding row among them, one
+// slot deep in its signal with a history, one fresh) of T columns. In MIMI_PRECISION_FAST both
+// take the same ELU and summation order: outputs and the carried history agree bit for bit. In
+// FAST_BF16 the fused kernel takes elu_bf16 on every column, the narrow one elu_f on its first
+// tile and in the history (within about 1e-7 of each other): gated at rel. L2 1e-2.
+static void resblock_last_case(int precision, int T) {
+    enum { R = 3, C = 64, HID = 32, K = 3 };
+    const size_t stride = 260, nx = (size_t)C * R * T;  // a slot: the resblock's history, the last conv's, started
+    const size_t n1 = (size_t)(C * K + 1) * HID, n2 = (size_t)(HID + 1) * C, nl = C * K + 1;
+    float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * (n1 + n2 + nl)), *state = calloc(2 * stride, sizeof(float));
+    float *out[2] = {malloc(sizeof(float) * R * T), malloc(sizeof(float) * R * T)}, *hist[2] = {calloc(2 * stride, 4), calloc(2 * stride, 4)};
+    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL, *dout = NULL, *dedges = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, -1, 0};
+    CHECK(x && w && state && out[0] && out[1] && hist[0] && hist[1]);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * (n1 + n2 + nl)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dout, sizeof(float) * R * T), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dedges, sizeof(float) * R * GPU_RESBLOCK_EDGES(C, T)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!x || !w || !state || !out[0] || !out[1] || !hist[0] || !hist[1] || !dx || !dy || !dw || !dstate || !dout ||
+        !dedges || !drs)
+        return;
+    for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < n1 + n2 + nl; i++) w[i] = 0.3f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < 2 * C * (K - 1); i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's histories
+    ((int32_t *)state)[256] = 0, ((int32_t *)state)[stride + 256] = 1;
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof(float) * (n1 + n2 + nl), cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, precision, msg, sizeof msg, 0, NULL, NULL, 0};
+    const int fast_elu = precision == MIMI_PRECISION_FAST_BF16;
+    const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + 256), drs, stride, C, K, 1, K - 1, T, R,
+                                 1, 0, 0, 0, fast_elu};
+    struct op_im2col last_in = in;
+    last_in.x = dy, last_in.hist = dstate + C * (K - 1);
+    for (int fused = 0; fused < 2; fused++) {
+        cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+        cudaMemset(dout, 0xFF, sizeof(float) * R * T);  // NaN: every output must be written
+        struct op_resblock rb = {in, dw, dw + n1, dy, HID, fused, {dw + n1 + n2, dout, dstate + C * (K - 1), dedges}};
+        CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
+        if (!fused) {
+            struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL};
+            CHECK_EQ(mimi_cuda_conv(&conv, &ex), MIMI_OK);
+            CHECK_EQ(mimi_cuda_carry(&last_in, &ex), MIMI_OK);
+        }
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(out[fused], dout, sizeof(float) * R * T, cudaMemcpyDeviceToHost);
+        cudaMemcpy(hist[fused], dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+    }
+    size_t differ = 0, hist_differ = 0, nans = 0;
+    for (size_t i = 0; i < (size_t)R * T; i++) differ += out[0][i] != out[1][i], nans += out[1][i] != out[1][i];
+    for (size_t i = 0; i < 2 * stride; i++) hist_differ += hist[0][i] != hist[1][i];
+    const double rel = rel_l2(out[1], out[0], (size_t)R * T), hrel = rel_l2(hist[1], hist[0], 2 * stride);
+    printf("  resblock with the last conv (%s, T %d) vs resblock, narrow conv, carry: %zu of %d outputs differ "
+           "(rel_l2 %.2e), history rel_l2 %.2e (%zu values differ), %zu NaN %s\n",
+           fast_elu ? "bf16" : "TF32", T, differ, R * T, rel, hrel, hist_differ, nans, msg);
+    CHECK_EQ(nans, 0);
+    if (!fast_elu) {
+        CHECK_EQ(differ, 0);
+        CHECK_EQ(hist_differ, 0);
+    } else {
+        CHECK(rel < 1e-2 && hrel < 1e-2);
+    }
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dstate), cudaFree(dout), cudaFree(dedges), cudaFree(drs);
+    free(x), free(w), free(state), free(out[0]), free(out[1]), free(hist[0]), free(hist[1]);
+}
+
 static void test_bf16_operands(void) {
+    resblock_last_case(MIMI_PRECISION_FAST, 1920);       // 15 whole tiles a row
+    resblock_last_case(MIMI_PRECISION_FAST, 1924);       // and a last tile of 4 columns
+    resblock_last_case(MIMI_PRECISION_FAST_BF16, 1920);
     attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one

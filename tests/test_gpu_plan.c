@@ -108,9 +108,20 @@ static void emu_conv(const struct op_conv *a) {
             }
 }
 
+// The last conv of op_resblock.last over y (c, R, T): [hist | elu(y)] with one output channel,
+// then the newest K - 1 columns into the history (as emu_conv and emu_carry would).
+static void emu_last_conv(const struct op_resblock *a, const float *y) {
+    struct op_im2col in = a->in;
+    in.x = y, in.hist = a->last.hist, in.H = in.K - 1, in.elu = 1, in.replicate = 0;
+    struct op_conv conv = {in, a->last.w, a->last.out, 1, in.c_in * in.K + 1, 1, 0, 0, {0, 0, NULL, NULL}, 1, NULL};
+    emu_conv(&conv);
+    emu_carry(&in);
+}
+
 static void emu_resblock(const struct op_resblock *a) {
     const struct op_im2col *in = &a->in;
     const int c = in->c_in, K = in->K, ck = c * K;
+    float *y = a->has_last ? malloc(sizeof(float) * c * in->R * in->T) : a->y;
     float *h = malloc(sizeof(float) * a->hid);
     for (int r = 0; r < in->R; r++)
         for (int t = 0; t < in->T; t++) {
@@ -124,10 +135,11 @@ static void emu_resblock(const struct op_resblock *a) {
                 float v = 0.0f;
                 for (int j = 0; j < a->hid; j++) v += a->w2t[(size_t)j * c + o] * h[j];
                 const size_t at = ((size_t)o * in->R + r) * in->T + t;
-                a->y[at] = in->x[at] + (v + a->w2t[(size_t)a->hid * c + o]);
+                y[at] = in->x[at] + (v + a->w2t[(size_t)a->hid * c + o]);
             }
         }
     free(h);
+    if (a->has_last) emu_last_conv(a, y), free(y);
 }
 
 // out = LayerNorm(x) * w + b over d values (out may be x); double mean and biased variance.
@@ -582,6 +594,17 @@ static int count_ops(const struct gpu_plan *p, int kind) {
     return n;
 }
 
+// Resblocks that run the decoder's last conv too (op_resblock.last), and narrow convs.
+static int count_last(const struct gpu_plan *p, int *narrow) {
+    int n = 0;
+    *narrow = 0;
+    for (int i = 0; i < p->n_ops; i++) {
+        n += p->ops[i].kind == GOP_RESBLOCK && p->ops[i].u.resblock.has_last;
+        *narrow += p->ops[i].kind == GOP_CONV && p->ops[i].u.conv.narrow;
+    }
+    return n;
+}
+
 // An encode and a decode batch of the CPU backend, `capacity` slots open in each.
 static void cpu_pair(struct mimi_model *model, int capacity, struct mimi_batch **enc, struct mimi_batch **dec) {
     struct mimi_batch_params bp;
@@ -673,6 +696,8 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK), 1);  // the 64-channel level
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK), 1);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
+    int narrow;  // strict: the decoder's last conv on its own kernel
+    CHECK_EQ(count_last(&dec.plans[WIDE], &narrow), 0);
     // up to 4 slots (8 transformer rows): the whole transformer as one persistent op
     CHECK_EQ(count_ops(&enc.plans[1], GOP_TRANSFORMER), 1);
     CHECK_EQ(count_ops(&dec.plans[2], GOP_TRANSFORMER), 1);
@@ -729,6 +754,11 @@ static size_t test_fast_padding(const float *clip) {
     CHECK(im2cols > 0);
     CHECK_EQ(padded, im2cols);
     CHECK_EQ(aligned, gemms);
+    // the decoder's last conv rides in its top resblock's kernel, with no narrow conv left
+    int narrow;
+    CHECK_EQ(count_last(&dec.plans[WIDE], &narrow), 1);
+    CHECK_EQ(narrow, 0);
+    CHECK_EQ(count_last(&enc.plans[WIDE], &narrow), 0);
     wide_agreement(m, &enc, &dec, clip, 1, "fast-mode wide plan vs CPU, 2 steps");
     const size_t scratch = enc.L.scratch_elems;
     emu_destroy(&enc);

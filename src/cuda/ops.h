@@ -137,13 +137,33 @@ int mimi_cuda_tails(const struct op_tails *a, struct gpu_exec *ex);
 // w2t (hid + 1, c), each with the bias as its last row. y must not overlap x, and the history is
 // not carried (a GOP_CARRY follows). For (c, hid) = (64, 32) only (GPU_RESBLOCK_FITS): the top
 // level, where it beats im2col and two products; at 128 channels and 480 steps it did not.
+//
+// With `last` (the fast precisions, the decoder's top level) the decoder's last conv rides in the
+// same kernel: out[r, t] = b + sum_{i,k} w[i*K + k] [last hist | e(y)](i, r, t + k), one output
+// channel, K = GPU_RESBLOCK_K, e = the kernel's ELU; y is then never stored (it was 1 GB written
+// and read again per 2048-stream step). A tile of GPU_RESBLOCK_TILE columns completes its
+// outputs from its third column on and leaves e(y) of its first two and last two columns in
+// `edges`; a second launch completes each tile's first two outputs from those and the tile
+// before (or the history) and carries each row's last two columns into its slot's history. It
+// takes T % 4 == 0 and a last tile of at least two columns (GPU_RESBLOCK_LAST_FITS).
 #define GPU_RESBLOCK_K 3
+#define GPU_RESBLOCK_TILE 128
 #define GPU_RESBLOCK_FITS(c, hid) ((c) == 64 && (hid) == 32)
+#define GPU_RESBLOCK_LAST_FITS(T) ((T) % 4 == 0 && (T) % GPU_RESBLOCK_TILE != 1)
+#define GPU_RESBLOCK_EDGES(c, T) (4 * (size_t)(c) * (((T) + GPU_RESBLOCK_TILE - 1) / GPU_RESBLOCK_TILE))  // per row
+struct gpu_last_conv {
+    const float *w;  // (c*K + 1): the weights of the one output channel, then its bias
+    float *out;      // (R, T)
+    float *hist;     // slot 0's history (c, K - 1): e(y) of the columns before the step
+    float *edges;    // (R, T / GPU_RESBLOCK_TILE tiles, 4, c)
+};
 struct op_resblock {
     struct op_im2col in;  // in.c_in = c, in.K = GPU_RESBLOCK_K, in.S = 1, in.elu = 1, not replicate
     const float *w1t, *w2t;
-    float *y;  // (c, R, T)
+    float *y;  // (c, R, T); unused with `last`
     int hid;
+    int has_last;
+    struct gpu_last_conv last;
 };
 int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
 

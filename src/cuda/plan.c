@@ -321,6 +321,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
             need_col(&col, L->conv_bf16, c->c_in * K, 1, T);
             res1 = maxz(res1, (size_t)gpu_conv_ld(c->c_out + 1) * T);
             res0 = maxz(res0, (size_t)c->c_in * T);
+            if (m->precision != MIMI_PRECISION_STRICT && GPU_RESBLOCK_FITS(c->c_in, c->c_out))
+                L->edges_per_row = maxz(L->edges_per_row, GPU_RESBLOCK_EDGES(c->c_in, T));
         }
     }
     if (T != (encode ? L->steps : L->frame)) {
@@ -367,6 +369,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_conv_counters = take(&s, GPU_CONV_COUNTERS);
     L->tails_elems = hist * (C < GPU_TAIL_ROWS ? C : GPU_TAIL_ROWS);
     L->sc_tails = take(&s, L->tails_elems);
+    L->sc_edges = take(&s, L->edges_per_row * C);
     const int tr_rows = capacity < GPU_TR_MAX_ROWS / L->steps ? capacity : GPU_TR_MAX_ROWS / L->steps;
     if (gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
         L->sc_tr_part = take(&s, (size_t)tr->n_heads * tr_rows * L->steps * L->d);
@@ -593,14 +596,27 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     if (K > S) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
 }
 
+// Whether the conv `c` after a resblock over c_in channels and T steps (and an ELU) can ride in
+// the resblock's kernel (struct op_resblock's `last`): one output channel, K = GPU_RESBLOCK_K,
+// stride 1, in a fast precision, with room for the edges.
+static int last_fits(const struct builder *B, const struct mimi_conv *c, int c_in, int T) {
+    return B->m->precision != MIMI_PRECISION_STRICT && c->c_out == 1 && c->c_in == c_in && c->kernel == GPU_RESBLOCK_K &&
+           c->stride == 1 && c->groups == 1 && !c->replicate_first && GPU_RESBLOCK_LAST_FITS(T) &&
+           GPU_RESBLOCK_EDGES(c_in, T) <= B->L->edges_per_row;
+}
+
 // x (c, R, T) + conv1x1(elu(conv_k(elu(x)))): returns where the result is, x itself or `out`.
 // Small steps run two direct kernels; large ones one op_resblock kernel into `out` where its
 // geometry fits, else im2col and two products, the second accumulating into x (beta = 1) with
-// its bias riding on a row of ones written after the hidden activations.
+// its bias riding on a row of ones written after the hidden activations. With `last` (fitting
+// last_fits) the op_resblock kernel also runs that conv (weights last_w, history last_hist) and
+// `out` is its (R, T) output; *fused says whether it did.
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
-                            float *x, float *out, int T, float *hist) {
+                            float *x, float *out, int T, float *hist, const float *last_w, float *last_hist,
+                            int *fused) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
+    *fused = 0;
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0);
@@ -610,7 +626,13 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     if (w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
         !l->conv.replicate_first) {
         struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock")->u.resblock;
-        *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid};
+        *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
+                                  {NULL, NULL, NULL, NULL}};
+        if (last_w) {
+            rb->has_last = *fused = 1;
+            rb->y = NULL;
+            rb->last = (struct gpu_last_conv){last_w, out, last_hist, scratch(B, B->L->sc_edges)};
+        }
         emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
         return out;
     }
@@ -668,8 +690,15 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             break;
         case SEANET_RESBLOCK:
             if (in) {
-                float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem);
+                // an ELU and a one-channel conv after it may ride in its kernel
+                const struct seanet_layer *nx = i + 2 < s->n_layers ? &s->layers[i + 2] : NULL;
+                const int last = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONV &&
+                                 B->L->st_conv[i + 2] && last_fits(B, &nx->conv, c->c_in, T);
+                int fused;
+                float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem, last ? w[i + 2].w : NULL,
+                                           last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused);
                 if (res != in) in = res, cur ^= 1;
+                if (fused) i += 2;
             } else {
                 B->rc = MIMI_EUNSUPPORTED;
             }

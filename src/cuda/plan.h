@@ -88,6 +88,7 @@ struct gpu_layout {
     size_t sc_tr_part, sc_tr_barrier;  // the persistent transformer's (small steps)
     size_t sc_rvq_part, sc_rvq_barrier;  // the persistent quantizer levels' (small steps)
     size_t sc_tails, tails_elems;  // staged conv histories and tails (steps of <= GPU_TAIL_ROWS rows)
+    size_t sc_edges, edges_per_row;  // the edges of a resblock with the last conv (op_resblock.last)
 };
 
 // Sizes state and scratch for a batch whose step advances each row by `frames` frames (steps,

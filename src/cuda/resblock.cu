@@ -18,7 +18,7 @@
  */
 #include "cuda/common.cuh"
 
-#define RB_TILE 128
+#define RB_TILE GPU_RESBLOCK_TILE
 #define RB_THREADS 128
 #define RB_XP (RB_TILE + 8)  // window row pitch (>= RB_TILE + 4)
 #define RB_MIN_BLOCKS 3      // what the shared memory allows
@@ -213,6 +213,67 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_f32
 // version 2.91, this one 1.40, and 1.12-1.13 with the ELU computed without its branch (elu_sel);
 // 0.84 with FAST_BF16's elu_bf16 (FAST).
 
+// ---- the decoder's last conv (op_resblock.last) ----
+//
+// The tile's outputs from its third column on, a thread per column over e(y) in xs (channels,
+// then taps, in ascending order, then the bias: the narrow conv's order), and e(y) of its first
+// and last two columns into the edges. The next tile's window waits for every warp at its first
+// barrier before it writes xs.
+template <int C>
+static __device__ __forceinline__ void last_conv_tile(const struct gpu_last_conv &L, const float *xs, const float *lw,
+                                                      int r, int t0, int T, int tile) {
+    static_assert(RB_THREADS == RB_TILE, "a thread per column");
+    constexpr int K = GPU_RESBLOCK_K;
+    const int u = threadIdx.x, cols = min(RB_TILE, T - t0);
+    if (u >= K - 1 && u < cols) {
+        float acc = 0.0f;
+        for (int i = 0; i < C; i++) {
+            const float *x = xs + i * RB_XP + u - (K - 1);
+#pragma unroll
+            for (int k = 0; k < K; k++) acc += lw[i * K + k] * x[k];
+        }
+        L.out[(size_t)r * T + t0 + u] = acc + lw[C * K];
+    }
+    float *E = L.edges + (size_t)tile * 4 * C;
+    for (int e = u; e < 4 * C; e += RB_THREADS) {
+        const int j = e / C, i = e % C;
+        E[e] = xs[i * RB_XP + (j < 2 ? j : cols - 4 + j)];
+    }
+}
+
+// Block (r, part): outputs t0 and t0 + 1 of the part's tiles of row r, from their edges and the
+// tile before (the slot's history before the first); the first part then carries the row's last
+// two columns of e(y) into the history, once its threads have read the old one.
+template <int C>
+static __global__ void last_edges_kernel(const struct op_resblock a) {
+    constexpr int K = GPU_RESBLOCK_K, H = K - 1;
+    static_assert(H == 2, "two edge columns a side");
+    pdl_begin();
+    const struct op_im2col &in = a.in;
+    const struct gpu_last_conv &L = a.last;
+    const int r = blockIdx.x, T = in.T, ntiles = (T + RB_TILE - 1) / RB_TILE, slot = in.row_slot[r];
+    const float *E = L.edges + (size_t)r * ntiles * 4 * C;
+    float *hist = slot >= 0 ? L.hist + (size_t)slot * in.slot_stride : NULL;
+    const int e = blockIdx.y * blockDim.x + threadIdx.x, tile = e / H, j = e % H, t = tile * RB_TILE + j;
+    if (tile < ntiles && t < T) {
+        float acc = 0.0f;
+        for (int i = 0; i < C; i++)
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int c = j - H + k;  // column t0 + c
+                const float v = c >= 0 ? E[(size_t)tile * 4 * C + c * C + i]
+                                : tile > 0 ? E[(size_t)(tile - 1) * 4 * C + (4 + c) * C + i]
+                                : hist ? hist[i * H + H + c] : 0.0f;
+                acc += L.w[i * K + k] * v;
+            }
+        L.out[(size_t)r * T + t] = acc + L.w[C * K];
+    }
+    if (blockIdx.y != 0 || !hist) return;
+    __syncthreads();  // the old history is read
+    for (int q = threadIdx.x; q < C * H; q += blockDim.x)
+        hist[q] = E[(size_t)(ntiles - 1) * 4 * C + (2 + q % H) * C + q / H];
+}
+
 // acc (16 x 8 fragment) += A (16 x 8, a) . B (8 x 8, b)
 static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], const float b[2]) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -222,12 +283,14 @@ static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], 
 }
 
 
-template <int C, bool VEC, bool FAST>
+template <int C, bool VEC, bool FAST, bool LAST = false>
 static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf32_kernel(const struct op_resblock a) {
     constexpr int HID = C / 2, K = GPU_RESBLOCK_K, KK = C * K;
     static_assert(HID == 32 && C == 64 && RB_TILE == 128 && RB_THREADS == 2 * C,
                   "the tiling assumes 64 channels, 32 hidden, 4 warps");
+    static_assert(!LAST || VEC, "the last conv takes rows of whole 16-byte groups");
     extern __shared__ __align__(16) float sm[];
+    __shared__ float lw[LAST ? C * K + 1 : 1];  // the last conv's weights and bias
     float *w1f = sm;              // (KK/8, 2, 32, 4): step s's W1^T B fragments, lane l, hidden 16u .. +15
     float *w2f = w1f + KK * HID;  // (HID/8, 4, 32, 4): step p's W2 A fragments, lane l, outputs 16m .. +15
     float *b1s = w2f + HID * C, *b2s = b1s + HID;
@@ -248,6 +311,8 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
     }
     for (int e = tid; e < HID + C; e += RB_THREADS)  // b1s, then b2s
         b1s[e] = e < HID ? a.w1t[(size_t)KK * HID + e] : a.w2t[(size_t)HID * C + e - HID];
+    if (LAST)
+        for (int e = tid; e < C * K + 1; e += RB_THREADS) lw[e] = a.last.w[e];
     pdl_begin();
 
     const struct op_im2col &in = a.in;
@@ -338,9 +403,15 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
             if (n > 0)
 #pragma unroll
                 for (int q = 0; q < C / 4; q++) {
-                    const float4 br = *(const float4 *)(xs + (16 * w + q) * RB_XP + 4 * lane), x = xr[q];
-                    __stcs((float4 *)(a.y + ao + q * cs), make_float4(x.x + br.x, x.y + br.y, x.z + br.z, x.w + br.w));
+                    float4 *o = (float4 *)(xs + (16 * w + q) * RB_XP + 4 * lane);
+                    const float4 br = *o, x = xr[q], y = make_float4(x.x + br.x, x.y + br.y, x.z + br.z, x.w + br.w);
+                    if (LAST) *o = make_float4(elu_rb<FAST>(y.x), elu_rb<FAST>(y.y), elu_rb<FAST>(y.z), elu_rb<FAST>(y.w));
+                    else __stcs((float4 *)(a.y + ao + q * cs), y);
                 }
+            if (LAST) {
+                __syncthreads();  // e(y) of the tile is in xs
+                last_conv_tile<C>(a.last, xs, lw, r, t0, T, tile);
+            }
         } else {
             const bool col = t0 + tid < T;
             const float *xo = in.x + (size_t)r * T + t0 + tid;
@@ -372,6 +443,21 @@ static int launch_persistent(Kernel kernel, const struct op_resblock *a, struct 
     return launch_status(ex, "resblock");
 }
 
+// The block with the decoder's last conv: the fast precisions' kernel, then the edges.
+static int launch_last(const struct op_resblock *a, struct gpu_exec *ex) {
+    const int T = a->in.T, ntiles = (T + RB_TILE - 1) / RB_TILE;
+    if (ex->precision == MIMI_PRECISION_STRICT || !GPU_RESBLOCK_LAST_FITS(T) || (uintptr_t)a->in.x % 16) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen, "resblock: the last conv takes a fast precision and 16-byte rows (T %d)", T);
+        return MIMI_EUNSUPPORTED;
+    }
+    const int rc = a->in.fast_elu ? launch_persistent(resblock_tf32_kernel<64, true, true, true>, a, ex)
+                                  : launch_persistent(resblock_tf32_kernel<64, true, false, true>, a, ex);
+    if (rc) return rc;
+    pdl_launch(last_edges_kernel<64>, dim3(a->in.R, (2 * ntiles + 127) / 128), 128, 0, ex, *a);
+    return launch_status(ex, "resblock edges");
+}
+
 extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex) {
     const int c = a->in.c_in;
     if (!GPU_RESBLOCK_FITS(c, a->hid) || a->in.K != GPU_RESBLOCK_K || a->in.S != 1 || a->in.H != GPU_RESBLOCK_K - 1 ||
@@ -381,6 +467,7 @@ extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *
                      a->hid, a->in.K, a->in.S, a->in.H);
         return MIMI_EUNSUPPORTED;
     }
+    if (a->has_last) return launch_last(a, ex);
     // 16-byte loads and stores where every row is 16-byte aligned
     const bool vec = a->in.T % 4 == 0 && (uintptr_t)a->in.x % 16 == 0 && (uintptr_t)a->y % 16 == 0;
     if (ex->precision == MIMI_PRECISION_STRICT)
