@@ -496,7 +496,75 @@ static void resblock_last_case(int precision, int T) {
     free(x), free(w), free(state), free(out[0]), free(out[1]), free(hist[0]), free(hist[1]);
 }
 
+// A streaming step's attention over bf16 rings on tensor cores (attention_mma.cu's short steps:
+// a warp per row and head) against the one-pass kernel over the same rings, rotation and ring
+// store inline in both: 20 rows of `steps` queries (past GPU_SKINNY_MAX, where the mode takes
+// it), slots deep in their signals, fresh, and just past a ring's wrap, and a padding row. The
+// rings both leave must agree bit for bit (the same rotation), the outputs within the rounding
+// of q and the probabilities.
+static void attention_short_case(int steps) {
+    enum { R = 20, D = 512, HEADS = 8, HD = 64, RING = 250 };
+    const size_t stride = (size_t)RING * D + 256;  // keys and values (bf16), positions, counter; a multiple of 4
+    const size_t n_qkv = (size_t)R * steps * 3 * D, n_out = (size_t)R * steps * D, n_state = (size_t)R * stride;
+    float *qkv = malloc(sizeof(float) * n_qkv), *state = calloc(n_state, sizeof(float)), *freq = malloc(sizeof(float) * HD / 2);
+    float *o[2] = {malloc(sizeof(float) * n_out), malloc(sizeof(float) * n_out)};
+    float *st[2] = {malloc(sizeof(float) * n_state), malloc(sizeof(float) * n_state)};
+    float *dqkv = NULL, *dout = NULL, *dstate = NULL, *dfreq = NULL;
+    int32_t *drs = NULL, row_slot[R];
+    CHECK(qkv && state && freq && o[0] && o[1] && st[0] && st[1]);
+    CHECK_EQ(cudaMalloc((void **)&dqkv, sizeof(float) * n_qkv), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dout, sizeof(float) * n_out), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * n_state), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dfreq, sizeof(float) * HD / 2), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!qkv || !state || !freq || !o[0] || !o[1] || !st[0] || !st[1] || !dqkv || !dout || !dstate || !dfreq || !drs) return;
+    for (size_t i = 0; i < n_qkv; i++) qkv[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (int i = 0; i < HD / 2; i++) freq[i] = powf(10000.0f, -2.0f * i / HD);
+    for (int r = 0; r < R; r++) {
+        row_slot[r] = r == 7 ? -1 : R - 1 - r;  // rows in another order than slots
+        float *sl = state + (size_t)r * stride;
+        uint16_t *kv = (uint16_t *)sl;
+        int32_t *pos = (int32_t *)(sl + (size_t)RING * D);
+        const int32_t next = r % 3 == 0 ? 0 : r % 3 == 1 ? 1000 + r : RING - 1;  // fresh, deep, at the wrap
+        for (size_t i = 0; i < (size_t)2 * RING * D; i++) kv[i] = mimi_to_bf16(2.0f * (test_rng_float() - 0.5f));
+        for (int j = 0; j < RING; j++) pos[j] = -1;
+        for (int32_t p = next + steps - RING; p < next + steps; p++)  // after the step's positions op
+            if (p >= 0) pos[p % RING] = p;
+        pos[RING] = next;
+    }
+    cudaMemcpy(dfreq, freq, sizeof(float) * HD / 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    struct op_attention a = {dqkv, dout, dstate, dstate + (size_t)RING * D / 2, (int32_t *)(dstate + (size_t)RING * D),
+                             (int32_t *)(dstate + (size_t)RING * D + RING), drs, dfreq, stride, R, steps, D, HEADS, HD,
+                             RING, RING, 1, 1, 0};
+    for (int mma = 0; mma < 2; mma++) {
+        a.mma_bf16 = mma;
+        cudaMemcpy(dqkv, qkv, sizeof(float) * n_qkv, cudaMemcpyHostToDevice);
+        cudaMemcpy(dstate, state, sizeof(float) * n_state, cudaMemcpyHostToDevice);
+        cudaMemset(dout, 0xFF, sizeof(float) * n_out);  // NaN: every value must be written
+        CHECK_EQ(mimi_cuda_attention(&a, &ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(o[mma], dout, sizeof(float) * n_out, cudaMemcpyDeviceToHost);
+        cudaMemcpy(st[mma], dstate, sizeof(float) * n_state, cudaMemcpyDeviceToHost);
+    }
+    size_t pad = 0, ring_differ = 0;
+    for (int i = 0; i < steps * D; i++) pad += o[1][(size_t)7 * steps * D + i] != 0.0f || o[0][(size_t)7 * steps * D + i] != 0.0f;
+    for (size_t i = 0; i < n_state; i++) ring_differ += memcmp(&st[0][i], &st[1][i], sizeof(float)) != 0;
+    const double rel = rel_l2(o[1], o[0], n_out);
+    printf("  streaming attention (%d steps, %d rows) on bf16 tensor cores vs the one-pass kernel: rel_l2 %.2e, %zu "
+           "ring values differ, %zu padding values not 0 %s\n", steps, R, rel, ring_differ, pad, msg);
+    CHECK(rel > 0 && rel < 1e-2);  // above 0: the mode took the tensor cores
+    CHECK_EQ(ring_differ, 0);
+    CHECK_EQ(pad, 0);
+    cudaFree(dqkv), cudaFree(dout), cudaFree(dstate), cudaFree(dfreq), cudaFree(drs);
+    free(qkv), free(state), free(freq), free(o[0]), free(o[1]), free(st[0]), free(st[1]);
+}
+
 static void test_bf16_operands(void) {
+    attention_short_case(2);  // a frame's two transformer steps
+    attention_short_case(1);
     resblock_last_case(MIMI_PRECISION_FAST, 1920);       // 15 whole tiles a row
     resblock_last_case(MIMI_PRECISION_FAST, 1924);       // and a last tile of 4 columns
     resblock_last_case(MIMI_PRECISION_FAST_BF16, 1920);

@@ -381,11 +381,11 @@ static void emu_rope_kv(const struct op_attention *a) {
     }
 }
 
-// With mma_bf16, long steps (attention_mma.cu: 64 query steps or more) round the scaled q and
-// the probabilities to bfloat16 (here the probabilities against the final maximum, the kernel's
-// against the running one).
+// With mma_bf16, long steps (attention_mma.cu: 64 query steps or more) and short steps of many
+// rows (GPU_ATT_MMA_SHORT) round the scaled q and the probabilities to bfloat16 (here the
+// probabilities against the final maximum, the kernel's against the running one).
 static void emu_attention(const struct op_attention *a) {
-    const int d = a->d, hd = a->head_dim, mma = a->mma_bf16 && a->steps >= 64;
+    const int d = a->d, hd = a->head_dim, mma = a->mma_bf16 && (a->steps >= 64 || GPU_ATT_MMA_SHORT(a->R, a->steps));
     if (a->rope) emu_rope_kv(a);
     float *scores = malloc(sizeof(float) * a->ring);
     for (int r = 0; r < a->R; r++) {

@@ -314,6 +314,7 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
         const int rc = rope_apart(a, &b, ex);
         return rc ? rc : attention_mma_fits(&b) ? attention_mma(&b, ex) : attention_tiled(&b, ex);
     }
+    if (attention_mma_short_fits(a)) return attention_mma_short(a, ex);
     if (onepass_fits(a)) {
         // up to 4 queries per block; with more blocks per row than one, the rotation and the
         // KV store run first as their own launch (every block reads all the row's new keys)

@@ -73,6 +73,10 @@ int attention_tiled(const struct op_attention *a, struct gpu_exec *ex);
 // bf16; q and the probabilities are rounded to bf16.
 int attention_mma_fits(const struct op_attention *a);
 int attention_mma(const struct op_attention *a, struct gpu_exec *ex);
+// Short steps of many rows (GPU_ATT_MMA_SHORT) on bf16 tensor cores, with the rotation and ring
+// store of `rope` inline.
+int attention_mma_short_fits(const struct op_attention *a);
+int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex);
 
 // ---- rotary embedding and ring store ----
 

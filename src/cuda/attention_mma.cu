@@ -12,6 +12,12 @@
  * K's fragments read as 32-bit words; the online softmax on S's accumulators (a row's 64 scores
  * over the 4 lanes of a quad); O (16 x 64) += P V in 32 mma, P's A fragments made from S's
  * accumulators in place and V's B fragments by ldmatrix.trans.
+ *
+ * Short steps (streaming: one or two query steps a row) of many rows take the same arithmetic
+ * with a warp per (row, head): its queries are one 16-row tile (rows past the step's zero), and
+ * it walks every ring entry AS_TK at a time, checking each entry's position as the one-pass
+ * kernel does. The one-pass kernel spent about 30 instructions per key there (at 2048 streams on
+ * an H200: issue slots 71% busy, memory at 57% of its rate).
  */
 #include <stdint.h>
 
@@ -44,6 +50,67 @@ static __device__ __forceinline__ void mma_bf16(float acc[4], const unsigned a[4
                  "{%0,%1,%2,%3};"
                  : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// S (16 x n) = Q K^T over a tile of keys, masked by the ring rule, folded into the running
+// maximum m, sums l and output o (rows g and g + 8 of this lane) of the online softmax: the tile
+// loop of attention_mma_kernel for NJ key groups of 8.
+template <int NJ>
+static __device__ __forceinline__ void mma_tile(const unsigned (&qf)[4][4], const __nv_bfloat16 *ks, const __nv_bfloat16 *vs,
+                                                const int32_t *kp, const int32_t (&qpos)[2], int context, float (&m)[2],
+                                                float (&l)[2], float (&o)[8][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float sc[NJ][4] = {};
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const unsigned *krow = (const unsigned *)(ks + (8 * j + g) * AM_LD) + t;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) mma_bf16(sc[j], qf[kk], krow[8 * kk], krow[8 * kk + 4]);
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int32_t pk = kp[8 * j + 2 * t + (e & 1)], age = qpos[e >> 1] - pk;
+            sc[j][e] = pk >= 0 && age >= 0 && age < context ? sc[j][e] : -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], sc[j][e]);
+        }
+    float corr[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 1));
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 2));
+        corr[u] = mx[u] == -INFINITY ? 1.0f : __expf(m[u] - mx[u]);
+        m[u] = mx[u];
+        l[u] *= corr[u];
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = m[e >> 1] == -INFINITY ? 0.0f : __expf(sc[j][e] - m[e >> 1]);
+            sc[j][e] = p;
+            l[e >> 1] += p;
+        }
+#pragma unroll
+    for (int n = 0; n < 8; n++) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+#pragma unroll
+    for (int kk = 0; kk < NJ / 2; kk++) {
+        const unsigned pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+                                pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
+#pragma unroll
+        for (int n = 0; n < 8; n += 2) {
+            unsigned v0, v1, v2, v3;
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                         : "r"(smem_addr(vs + row * AM_LD + 8 * n + col)));
+            mma_bf16(o[n], pa, v0, v1);
+            mma_bf16(o[n + 1], pa, v2, v3);
+        }
+    }
 }
 
 // Grid (R, n_heads, ceil(steps / TQ)); attention_tiled_kernel's positions and visibility.
@@ -108,63 +175,8 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
             asm volatile("cp.async.wait_group 0;");
         }
         __syncthreads();  // tile kt is in buffer b
-        const __nv_bfloat16 *ks = kv + 2 * b * AM_TILE, *vs = ks + AM_TILE;
-        const int32_t *kp = kpos + b * AM_TK;
-        // S = Q K^T: key tile j (keys 8j ..) takes K rows as col-major B fragments
-        float sc[8][4] = {};
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const unsigned *krow = (const unsigned *)(ks + (8 * j + g) * AM_LD) + t;
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) mma_bf16(sc[j], qf[kk], krow[8 * kk], krow[8 * kk + 4]);
-        }
-        // the online softmax; sc[j][e] is row g + 8 (e >> 1), key 8j + 2t + (e & 1)
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int32_t pk = kp[8 * j + 2 * t + (e & 1)], age = qpos[e >> 1] - pk;
-                sc[j][e] = pk >= 0 && age >= 0 && age < a.context ? sc[j][e] : -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], sc[j][e]);
-            }
-        float corr[2];
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 1));
-            mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 2));
-            corr[u] = mx[u] == -INFINITY ? 1.0f : __expf(m[u] - mx[u]);
-            m[u] = mx[u];
-            l[u] *= corr[u];
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = m[e >> 1] == -INFINITY ? 0.0f : __expf(sc[j][e] - m[e >> 1]);
-                sc[j][e] = p;
-                l[e >> 1] += p;
-            }
-#pragma unroll
-        for (int n = 0; n < 8; n++) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
-        // O += P V: keys 16kk .. are S tiles 2kk, 2kk + 1; V's fragments by ldmatrix.trans, four
-        // 8 x 8 pieces per call (keys +0 / +8, dims 8n / 8n + 8)
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            const unsigned pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
-                                    pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                    pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-            const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
-#pragma unroll
-            for (int n = 0; n < 8; n += 2) {
-                unsigned v0, v1, v2, v3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                             : "r"(smem_addr(vs + row * AM_LD + 8 * n + col)));
-                mma_bf16(o[n], pa, v0, v1);
-                mma_bf16(o[n + 1], pa, v2, v3);
-            }
-        }
+        const __nv_bfloat16 *ks = kv + 2 * b * AM_TILE;
+        mma_tile<AM_TK / 8>(qf, ks, ks + AM_TILE, kpos + b * AM_TK, qpos, a.context, m, l, o);
     }
 #pragma unroll
     for (int u = 0; u < 2; u++) {
@@ -180,6 +192,104 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
         for (int n = 0; n < 8; n++)
             *(float2 *)(out + (size_t)s * d + 8 * n + 2 * t) = make_float2(o[n][2 * u] * inv, o[n][2 * u + 1] * inv);
     }
+}
+
+// ---- short steps ----
+
+#define AS_TK 32                         // ring entries per tile
+#define AS_TILE (AS_TK * AM_LD)
+#define AS_SMEM (sizeof(__nv_bfloat16) * 4 * AS_TILE + sizeof(int32_t) * 2 * AS_TK)
+
+// Grid (R, n_heads), one warp: this (row, head)'s queries against every entry of its ring.
+static __global__ void __launch_bounds__(32) attention_mma_short_kernel(const struct op_attention a) {
+    extern __shared__ uint4 as_smem16[];
+    __nv_bfloat16 *kv = (__nv_bfloat16 *)as_smem16;  // buffer b: keys at 2b, values at 2b + 1 (AS_TILE each)
+    int32_t *kpos = (int32_t *)(kv + 4 * AS_TILE);     // buffer b: AS_TK positions at b * AS_TK (-1: none)
+    pdl_begin();
+    const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, d = a.d, ring = a.ring;
+    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3, slot = a.row_slot[r];
+    float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
+    if (slot < 0) {
+        for (int i = lane; i < steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
+        return;
+    }
+    if (a.rope) {  // this head's new keys: only this warp's queries read them
+        for (int e = lane; e < steps * (AM_HD / 2); e += 32)
+            rope_pair(a, r, e / (AM_HD / 2), h * (AM_HD / 2) + e % (AM_HD / 2));
+        __threadfence_block();
+        __syncwarp();
+    }
+    const size_t base = (size_t)slot * a.slot_stride;
+    const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
+    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
+    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
+    // entries e0 .. e0 + AS_TK - 1 into buffer b (past the ring: the last entry again, masked)
+    auto load = [&](int e0, int b) {
+        __nv_bfloat16 *ks = kv + 2 * b * AS_TILE, *vs = ks + AS_TILE;
+#pragma unroll
+        for (int i = 0; i < AS_TK * AM_HD / 8 / 32; i++) {
+            const int c16 = lane + 32 * i, j = c16 / (AM_HD / 8), c = 8 * (c16 % (AM_HD / 8));
+            const size_t at = (size_t)min(e0 + j, ring - 1) * d + c;
+            cp_async16(ks + j * AM_LD + c, keys + at);
+            cp_async16(vs + j * AM_LD + c, values + at);
+        }
+        asm volatile("cp.async.commit_group;");
+        kpos[b * AS_TK + lane] = e0 + lane < ring ? positions[e0 + lane] : -1;
+    };
+    static_assert(AS_TK == 32, "a position a lane");
+    load(0, 0);
+    unsigned qf[4][4];
+    {
+        const float scale = 1.0f / sqrtf((float)AM_HD);  // 1/8: exact
+        const float *qa = a.qkv + ((size_t)r * steps + g) * 3 * d + (size_t)h * AM_HD, *qb = qa + (size_t)8 * 3 * d;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int c = 16 * kk + 8 * half + 2 * t;
+                const float2 x = g < steps ? *(const float2 *)(qa + c) : make_float2(0.0f, 0.0f);
+                const float2 y = g + 8 < steps ? *(const float2 *)(qb + c) : make_float2(0.0f, 0.0f);
+                qf[kk][2 * half] = pack_bf16(x.x * scale, x.y * scale);
+                qf[kk][2 * half + 1] = pack_bf16(y.x * scale, y.y * scale);
+            }
+    }
+    const int32_t qpos[2] = {pos0 + g, pos0 + g + 8};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[8][4] = {};
+    for (int e0 = 0, b = 0; e0 < ring; e0 += AS_TK, b ^= 1) {
+        __syncwarp();  // every lane is done with buffer b ^ 1
+        if (e0 + AS_TK < ring) {
+            load(e0 + AS_TK, b ^ 1);
+            asm volatile("cp.async.wait_group 1;");
+        } else {
+            asm volatile("cp.async.wait_group 0;");
+        }
+        __syncwarp();  // tile e0 is in buffer b
+        const __nv_bfloat16 *ks = kv + 2 * b * AS_TILE;
+        mma_tile<AS_TK / 8>(qf, ks, ks + AS_TILE, kpos + b * AS_TK, qpos, a.context, m, l, o);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
+        const int s = g + 8 * u;
+        if (s >= steps) continue;
+        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+            *(float2 *)(out + (size_t)s * d + 8 * n + 2 * t) = make_float2(o[n][2 * u] * inv, o[n][2 * u + 1] * inv);
+    }
+}
+
+int attention_mma_short_fits(const struct op_attention *a) {
+    return a->mma_bf16 && a->kv_bf16 && a->head_dim == AM_HD && a->steps >= 1 && GPU_ATT_MMA_SHORT(a->R, a->steps) &&
+           a->d % 8 == 0 && (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 &&
+           (uintptr_t)a->qkv % 8 == 0 && (uintptr_t)a->out % 8 == 0 && a->slot_stride % 4 == 0;
+}
+
+int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex) {
+    pdl_launch(attention_mma_short_kernel, dim3(a->R, a->n_heads), 32, AS_SMEM, ex, *a);
+    return launch_status(ex, "attention");
 }
 
 int attention_mma_fits(const struct op_attention *a) {
