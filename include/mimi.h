@@ -530,9 +530,22 @@ MIMI_API int mimi_batch_submit_decode_device(struct mimi_batch *batch, int n, co
                                              int64_t stride, void *wait_stream) MIMI_WARN_UNUSED;
 
 /* Waits for the submitted step and writes its n rows to `output` (host memory): int32 codes,
- * or float latents or pcm, as described at the submit calls. MIMI_ESTATE if nothing is
- * outstanding, MIMI_EDEVICE on a device failure (the batch is then poisoned). */
+ * or float latents or pcm, as described at the submit calls. With output NULL the rows stay at
+ * mimi_batch_output_rows. MIMI_ESTATE if nothing is outstanding, MIMI_EDEVICE on a device
+ * failure (the batch is then poisoned). */
 MIMI_API int mimi_batch_collect(struct mimi_batch *batch, void *output) MIMI_WARN_UNUSED;
+
+/* The batch's own host rows for a step's input and output, `capacity` rows each in the layout
+ * the step calls take (input: frame_size samples, n_codebooks int32 codes or frame_dim latents
+ * a row; output: what collect yields). On the CUDA backend they are page-locked and the device
+ * copies straight from and into them. A server that writes its step's n input rows there (as it
+ * decodes its network packets, say) and passes mimi_batch_input_rows as the input of a step call
+ * saves the library's host copy of them; samples and latents are still checked for NaN and
+ * infinity, codes for their range. Write the input rows only while no step is outstanding.
+ * After mimi_batch_collect(batch, NULL) the step's n output rows are at mimi_batch_output_rows
+ * until the next step. NULL for a NULL batch or when the rows cannot be allocated. */
+MIMI_API void *mimi_batch_input_rows(struct mimi_batch *batch);
+MIMI_API const void *mimi_batch_output_rows(struct mimi_batch *batch);
 
 /* The cudaStream_t (as void *) a CUDA batch queues its steps on, for callers that order their
  * own work after the codec's (cudaStreamWaitEvent); NULL for a CPU batch. */

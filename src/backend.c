@@ -33,7 +33,9 @@ void mimi_batch_backend_free(struct mimi_batch *b) {
     if (!b) return;
     mimi_cuda_batch_free(b);
     free(b->async);
+    free(b->input_rows);
     b->async = NULL;
+    b->input_rows = NULL;
 }
 
 // ---- CPU submit / collect ----
@@ -52,14 +54,24 @@ static size_t out_row_bytes(const struct mimi_batch *b) {
     return m->quantizer.n_q ? sizeof(int32_t) * b->n_codebooks : sizeof(float) * m->frame_dim;
 }
 
-// The result buffer of a CPU batch (made at the first submit), or NULL with *rc set.
+// Bytes of one slot's step input.
+static size_t in_row_bytes(const struct mimi_batch *b) {
+    const struct mimi_model *m = b->model;
+    if (b->direction == MIMI_DIRECTION_ENCODE) return sizeof(float) * m->frame_size;
+    return m->quantizer.n_q ? sizeof(int32_t) * b->n_codebooks : sizeof(float) * m->frame_dim;
+}
+
+// The result buffer of a CPU batch (made on demand), or NULL.
+static struct mimi_batch_async *cpu_async(struct mimi_batch *b) {
+    if (!b->async) b->async = calloc(1, sizeof *b->async + out_row_bytes(b) * (size_t)b->capacity);
+    return b->async;
+}
+
+// The result buffer of a CPU batch for a new step, or NULL with *rc set.
 static void *cpu_result(struct mimi_batch *b, int *rc) {
-    if (!b->async) {
-        b->async = calloc(1, sizeof *b->async + out_row_bytes(b) * (size_t)b->capacity);
-        if (!b->async) {
-            *rc = MIMI_ENOMEM;
-            return NULL;
-        }
+    if (!cpu_async(b)) {
+        *rc = MIMI_ENOMEM;
+        return NULL;
     }
     if (b->async->pending) {
         mimi_batch_error(b, "a submitted step was not collected");
@@ -79,6 +91,15 @@ static int cpu_done(struct mimi_batch *b, int n, int rc) {
 
 // ---- submit ----
 
+// A device batch checks PCM and latents as it stages them, except those the caller wrote in
+// place (mimi_batch_input_rows), which are checked here.
+static int check_in_place(struct mimi_batch *b, const void *input, int n) {
+    const int encode = b->direction == MIMI_DIRECTION_ENCODE;
+    if (input != mimi_cuda_input_rows(b) || (!encode && b->model->quantizer.n_q)) return MIMI_OK;
+    return mimi_batch_check_finite(b, input, (size_t)n * (encode ? b->model->frame_size : b->model->frame_dim),
+                                   encode ? "sample" : "latent");
+}
+
 int mimi_batch_submit_encode(struct mimi_batch *b, int n, const int *slots, const float *pcm) {
     if (!b) return MIMI_EINVAL;
     int rc = MIMI_OK;
@@ -89,8 +110,10 @@ int mimi_batch_submit_encode(struct mimi_batch *b, int n, const int *slots, cons
                                      : mimi_batch_encode_latent(b, n, slots, pcm, out);
         return cpu_done(b, n, rc);
     }
-    // the device path checks the samples as it stages them (mimi_cuda_submit)
+    // the device path checks the samples as it stages them (mimi_cuda_submit), or here when the
+    // caller wrote them in place
     rc = mimi_batch_check_step(b, MIMI_DIRECTION_ENCODE, b->model->quantizer.n_q > 0, n, slots, pcm);
+    if (rc == MIMI_OK) rc = check_in_place(b, pcm, n);
     return rc ? rc : mimi_cuda_submit(b, n, slots, pcm);
 }
 
@@ -114,6 +137,7 @@ int mimi_batch_submit_decode_latent(struct mimi_batch *b, int n, const int *slot
         return out ? cpu_done(b, n, mimi_batch_decode_latent(b, n, slots, latents, out)) : rc;
     }
     rc = mimi_batch_check_step(b, MIMI_DIRECTION_DECODE, 0, n, slots, latents);
+    if (rc == MIMI_OK) rc = check_in_place(b, latents, n);
     return rc ? rc : mimi_cuda_submit(b, n, slots, latents);
 }
 
@@ -136,15 +160,30 @@ int mimi_batch_submit_decode_device(struct mimi_batch *b, int n, const int *slot
 // ---- collect ----
 
 int mimi_batch_collect(struct mimi_batch *b, void *output) {
-    if (!b || !output) return MIMI_EINVAL;
+    if (!b) return MIMI_EINVAL;
     if (b->gpu) return mimi_cuda_collect(b, output);
     if (!b->async || !b->async->pending) {
         mimi_batch_error(b, "nothing was submitted");
         return MIMI_ESTATE;
     }
-    memcpy(output, b->async->data, b->async->bytes);
+    if (output && output != b->async->data) memcpy(output, b->async->data, b->async->bytes);
     b->async->pending = 0;
     return MIMI_OK;
+}
+
+// ---- the batch's own step rows ----
+
+void *mimi_batch_input_rows(struct mimi_batch *b) {
+    if (!b) return NULL;
+    if (b->gpu) return mimi_cuda_input_rows(b);
+    if (!b->input_rows) b->input_rows = calloc((size_t)b->capacity, in_row_bytes(b));
+    return b->input_rows;
+}
+
+const void *mimi_batch_output_rows(struct mimi_batch *b) {
+    if (!b) return NULL;
+    if (b->gpu) return mimi_cuda_output_rows(b);
+    return cpu_async(b) ? b->async->data : NULL;
 }
 
 void *mimi_batch_cuda_stream(const struct mimi_batch *b) { return b ? mimi_cuda_stream(b) : NULL; }
@@ -170,5 +209,6 @@ int mimi_batch_profile(struct mimi_batch *b, int n, const int *slots, const void
     const int encode = b->direction == MIMI_DIRECTION_ENCODE, codes = m->quantizer.n_q > 0;
     int rc = mimi_batch_check_step(b, b->direction, codes, n, slots, input);
     if (rc == MIMI_OK && !encode && codes) rc = mimi_batch_check_codes(b, input, n);
+    if (rc == MIMI_OK) rc = check_in_place(b, input, n);
     return rc ? rc : mimi_cuda_profile(b, n, slots, input, output, fn, user);  // stages check PCM, latents
 }

@@ -402,8 +402,9 @@ static int encode(struct mimi_batch *b, int n, const int *slots, const float *pc
     if (step_checks(b, MIMI_DIRECTION_ENCODE, want_codes, n, slots, pcm,
                     want_codes ? (const void *)codes : (const void *)latents, &rc))
         return rc;
-    // a device batch checks the samples as it stages them
-    if (!b->gpu) rc = mimi_batch_check_finite(b, pcm, (size_t)n * b->model->frame_size, "sample");
+    // a device batch checks the samples as it stages them, unless they were written in place
+    if (!b->gpu || (const void *)pcm == mimi_cuda_input_rows(b))
+        rc = mimi_batch_check_finite(b, pcm, (size_t)n * b->model->frame_size, "sample");
     if (rc == MIMI_OK) rc = mimi_batch_encode_unchecked(b, n, slots, pcm, codes, latents);
     return rc;
 }
@@ -445,7 +446,8 @@ int mimi_batch_decode_latent(struct mimi_batch *b, int n, const int *slots, cons
                              float *pcm) {
     int rc;
     if (step_checks(b, MIMI_DIRECTION_DECODE, 0, n, slots, latents, pcm, &rc)) return rc;
-    if (!b->gpu) rc = mimi_batch_check_finite(b, latents, (size_t)n * b->model->frame_dim, "latent");
+    if (!b->gpu || (const void *)latents == mimi_cuda_input_rows(b))
+        rc = mimi_batch_check_finite(b, latents, (size_t)n * b->model->frame_dim, "latent");
     if (rc == MIMI_OK) rc = mimi_batch_decode_unchecked(b, n, slots, NULL, latents, pcm);
     return rc;
 }

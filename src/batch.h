@@ -43,6 +43,7 @@ struct mimi_batch {
     float *q_work;
     struct mimi_cuda_batch *gpu;     // the device side of a CUDA batch (src/cuda), NULL on the CPU
     struct mimi_batch_async *async;  // a CPU batch's submitted step (backend.c), made on demand
+    void *input_rows;                // a CPU batch's mimi_batch_input_rows, made on demand
 };
 
 // Records a message on the batch (mimi_batch_errmsg).

@@ -79,3 +79,13 @@ void *mimi_cuda_stream(const struct mimi_batch *b) {
     (void)b;
     return NULL;
 }
+
+void *mimi_cuda_input_rows(struct mimi_batch *b) {
+    (void)b;
+    return NULL;
+}
+
+const void *mimi_cuda_output_rows(const struct mimi_batch *b) {
+    (void)b;
+    return NULL;
+}

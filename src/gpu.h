@@ -66,10 +66,10 @@ int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots,
 // One synchronous step: submit, then collect into `output`.
 int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output);
 
-// Where the input rows of a batch with one plan (a whole-signal batch) sit in its pinned stage:
-// a caller may write them there while no step is pending, or once mimi_cuda_input_free returned
-// (the pending step has read them), then submit with this as `input` (taken unchecked). NULL for
-// a batch of several plans.
+// Where the input rows of a step sit in the batch's pinned stage (capacity rows, the same for
+// every bucket): a caller may write them there while no step is pending, or once
+// mimi_cuda_input_free returned (the pending step has read them), then submit with this as
+// `input` (taken unchecked: mimi_batch_input_rows's callers are checked in backend.c).
 void *mimi_cuda_input_rows(struct mimi_batch *b);
 // Waits until the pending step (if any) has copied its inputs from the pinned stage.
 int mimi_cuda_input_free(struct mimi_batch *b);

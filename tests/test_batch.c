@@ -7,6 +7,7 @@
 
 #include "mimi.h"
 #include "refs.h"
+#include "rows_case.h"
 #include "test.h"
 
 #define FRAME 1920
@@ -234,6 +235,7 @@ int main(int argc, char **argv) {
     test_encode_decode();
     test_bad_lists();
     test_profile();
+    check_rows_in_place(model, clip, FRAME);
     free(clip);
     mimi_model_destroy(model);
     return test_summary();

@@ -19,6 +19,7 @@
 #include "safetensors.h"
 #include "test.h"
 #include "bad_samples.h"
+#include "rows_case.h"
 #ifdef MIMI_TEST_CUDA_RUNTIME
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -1379,6 +1380,7 @@ int main(int argc, char **argv) {
     test_offline_threads();
     test_bad_pcm();
     test_async();
+    check_rows_in_place(gpu, clip, FRAME);
     test_profile();
     free(clip);
     mimi_model_destroy(gpu_fast);

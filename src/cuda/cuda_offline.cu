@@ -254,10 +254,7 @@ static int lane_make(struct lanes *c, int l) {
 static int lane_input(void *ctx, int lane, void **rows) {
     struct lanes *c = (struct lanes *)ctx;
     int rc = c->lane[lane] ? mimi_cuda_input_free(c->lane[lane]) : lane_make(c, lane);
-    if (rc == MIMI_OK && !(*rows = mimi_cuda_input_rows(c->lane[lane]))) {
-        mimi_batch_error(c->lane[lane], "cuda: a whole-signal lane needs exactly one plan");
-        rc = MIMI_ESTATE;
-    }
+    if (rc == MIMI_OK) *rows = mimi_cuda_input_rows(c->lane[lane]);
     return rc;
 }
 

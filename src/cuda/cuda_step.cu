@@ -17,10 +17,11 @@ static int bucket_of(const struct mimi_cuda_batch *gb, int n) {
     return i;
 }
 
-// Checks the batch can take a step and fills the pinned stage for bucket i: row_slot (R),
-// the error flag, then n input rows (zeros for the padding rows) when `input` is given; PCM or
-// latents with a NaN or infinity are refused here (MIMI_EINVAL), before anything is queued.
-// Input already in the stage (mimi_cuda_input_rows) is taken as it is.
+// Checks the batch can take a step and fills the pinned stage for bucket i: row_slot (R) and
+// the error flag, then (when `input` is given) n input rows at the batch's input rows
+// (mimi_cuda_input_rows: after the row list of `capacity` rows, so that they do not move with
+// the bucket); PCM or latents with a NaN or infinity are refused here (MIMI_EINVAL), before
+// anything is queued. Input already in the input rows is taken as it is (checked by the caller).
 static int stage(struct mimi_batch *b, int n, const int *slots, const void *input, int *bucket) {
     struct mimi_cuda_batch *gb = b->gpu;
     if (gb->poisoned) return MIMI_ESTATE;
@@ -36,7 +37,7 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
         // PCM and latents are checked for NaN and infinity as they are copied (one pass over a
         // step's megabytes); codes were checked by the caller
         const size_t row = sizeof(float) * gb->L.in_per_row;
-        unsigned char *in = gb->host + sizeof(float) * gpu_stage_input_offset(R);
+        unsigned char *in = (unsigned char *)mimi_cuda_input_rows(b);
         const int encode = gb->L.direction == MIMI_DIRECTION_ENCODE, floats = encode || !b->model->quantizer.n_q;
         const size_t count = (size_t)gb->L.in_per_row * n;
         if (input == in) {
@@ -47,7 +48,6 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
             int rc = mimi_batch_copy_finite(b, (float *)in, (const float *)input, count, encode ? "sample" : "latent");
             if (rc) return rc;
         }
-        memset(in + row * n, 0, row * (R - n));
     }
     *bucket = i;
     CK(cudaSetDevice(gb->device), "set device");
@@ -70,12 +70,25 @@ static int queue_output(struct mimi_batch *b, int i, int n) {
     return MIMI_OK;
 }
 
+// Queues the copy of the staged step to the device: the row list and flag, the n input rows,
+// zeros for the bucket's padding rows.
+static int queue_input(struct mimi_batch *b, const struct gpu_plan *p, int n) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    const size_t row = sizeof(float) * gb->L.in_per_row;
+    CK(cudaMemcpyAsync(p->stage, gb->host, sizeof(float) * gpu_stage_input_offset(p->R), cudaMemcpyHostToDevice,
+                       gb->stream), "slot list copy");
+    CK(cudaMemcpyAsync(p->input, mimi_cuda_input_rows(b), row * n, cudaMemcpyHostToDevice, gb->stream), "input copy");
+    if (n < p->R) CK(cudaMemsetAsync((char *)p->input + row * n, 0, row * (p->R - n), gb->stream), "padding rows");
+    return MIMI_OK;
+}
+
 extern "C" int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, const void *input) {
     struct mimi_cuda_batch *gb = b->gpu;
     int i, rc = stage(b, n, slots, input, &i);
     if (rc) return rc;
     const struct gpu_plan *p = &gb->plans[i];
-    CK(cudaMemcpyAsync(p->stage, gb->host, p->stage_bytes, cudaMemcpyHostToDevice, gb->stream), "input copy");
+    rc = queue_input(b, p, n);
+    if (rc) return rc;
     CK(cudaEventRecord(gb->staged, gb->stream), "event");
     CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
     return queue_output(b, i, n);
@@ -125,7 +138,7 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
     CK(cudaSetDevice(gb->device), "set device");
     CK(cudaEventSynchronize(gb->done), "step");
     const unsigned char *out = gb->host + gb->host_stage_bytes;
-    if (output) mimi_host_copy(b->model, output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
+    if (output && output != out) mimi_host_copy(b->model, output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
     if (b->tap) {
         int rc = run_taps(b, gb->pending_bucket, gb->pending_n);
         if (rc) return rc;
@@ -139,8 +152,7 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
 }
 
 extern "C" void *mimi_cuda_input_rows(struct mimi_batch *b) {
-    struct mimi_cuda_batch *gb = b->gpu;
-    return gb->n_buckets == 1 ? gb->host + sizeof(float) * gpu_stage_input_offset(gb->plans[0].R) : NULL;
+    return b->gpu->host + sizeof(float) * gpu_stage_input_offset(b->gpu->L.capacity);
 }
 
 extern "C" int mimi_cuda_input_free(struct mimi_batch *b) {
@@ -179,7 +191,7 @@ extern "C" int mimi_cuda_profile(struct mimi_batch *b, int n, const int *slots, 
     int made = 0;
     cudaError_t e = cudaSuccess;
     while (made <= p->n_ops && (e = cudaEventCreate(&ev[made])) == cudaSuccess) made++;
-    if (e == cudaSuccess) e = cudaMemcpyAsync(p->stage, gb->host, p->stage_bytes, cudaMemcpyHostToDevice, gb->stream);
+    if (e == cudaSuccess) rc = queue_input(b, p, n);  // (its failure is recorded)
     if (e == cudaSuccess) e = cudaEventRecord(ev[0], gb->stream);
     for (int k = 0; e == cudaSuccess && rc == MIMI_OK && k < p->n_ops; k++) {
         rc = mimi_cuda_run_op(&p->ops[k], &gb->ex);

@@ -907,7 +907,6 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_layout *L, const struct 
     p->R = R;
     p->stage = (int32_t *)(scratch_base + L->sc_stage);
     p->input = scratch_base + L->sc_stage + gpu_stage_input_offset(R);
-    p->stage_bytes = sizeof(float) * (gpu_stage_input_offset(R) + (size_t)R * L->in_per_row);
     p->output = scratch_base + L->sc_out;
     B.row_slot = p->stage;
     B.next_pos = (int32_t *)(state_base + L->st_next_pos);

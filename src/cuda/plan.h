@@ -140,7 +140,6 @@ struct gpu_plan {
     int n_ops, cap_ops, R;
     int32_t *stage;        // row_slot (R), error flag at stage[R], input at the stage input offset
     void *input;           // (R, in_per_row): pcm floats, codes int32 or latent floats
-    size_t stage_bytes;    // bytes of the host-to-device copy
     void *output;          // (R, out_per_row): codes int32, latent floats or pcm floats
     const float *taps[GPU_N_TAPS];  // (channels, R * steps) each
     const char *tap_names[GPU_N_TAPS];
