@@ -321,8 +321,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
             need_col(&col, L->conv_bf16, c->c_in * K, 1, T);
             res1 = maxz(res1, (size_t)gpu_conv_ld(c->c_out + 1) * T);
             res0 = maxz(res0, (size_t)c->c_in * T);
-            if (m->precision != MIMI_PRECISION_STRICT && GPU_RESBLOCK_FITS(c->c_in, c->c_out))
-                L->edges_per_row = maxz(L->edges_per_row, GPU_RESBLOCK_EDGES(c->c_in, T));
+            if (!encode && m->precision != MIMI_PRECISION_STRICT && GPU_RESBLOCK_FITS(c->c_in, c->c_out))
+                L->edges_per_row = maxz(L->edges_per_row, GPU_RESBLOCK_EDGES(c->c_in, T));  // (the last conv's)
         }
     }
     if (T != (encode ? L->steps : L->frame)) {
