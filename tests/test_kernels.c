@@ -14,6 +14,8 @@
  *   2e-6 * max(1, |x|) (its erf is a rational approximation within 4e-7);
  * - layer_norm: absolute 2e-5 (rows of 512 with f32 statistics vs the reference's doubles);
  * - attend: absolute 2e-6 against a double-precision softmax.
+ * - the host copies of a large step (mimi_host_copy, mimi_batch_copy_finite on 2 threads, with
+ *   streaming stores where the target has them): bit for bit, the first NaN or infinity found.
  *
  * usage: test_kernels            kernel cases (label unit)
  *        test_kernels model      the model on the fast path: 2 threads == 1 thread bit for bit,
@@ -21,7 +23,9 @@
  */
 #include <pthread.h>
 
+#include "batch.h"
 #include "cpu/cpu.h"
+#include "cpu/threadpool.h"
 #include "mimi.h"
 #include "nn/ops.h"
 #include "safetensors.h"
@@ -545,6 +549,48 @@ static void test_fidelity(void) {
 
 // ---- main ----
 
+// The threaded host copies of a large step (batch.c: above 1 MB, split over the pool, streaming
+// stores on x86): sizes that end mid-vector and mid-block, destinations off 16-byte alignment,
+// bit for bit; the checked copy names the first non-finite sample, wherever the threads' shares
+// meet, and a second one later does not hide it.
+static void test_host_copies(void) {
+    struct mimi_cpu cpu = {.n_threads = 2, .pool = mimi_pool_create(2)};
+    struct mimi_model m;
+    struct mimi_batch b;
+    memset(&m, 0, sizeof m), memset(&b, 0, sizeof b);
+    m.cpu = &cpu, b.model = &m;
+    const size_t n = ((size_t)1 << 19) + 77;  // 2 MB of floats and a ragged end
+    float *src = malloc(sizeof(float) * n), *dst = malloc(sizeof(float) * n + 64);
+    CHECK(cpu.pool && src && dst);
+    if (!cpu.pool || !src || !dst) return;
+    for (size_t i = 0; i < n; i++) src[i] = test_rng_float() - 0.5f;
+    size_t wrong = 0;
+    for (int off = 0; off < 16; off += 5) {  // destination offsets of 0, 5, 10 and 15 bytes
+        char *d = (char *)dst + off;
+        memset(dst, 0, sizeof(float) * n + 64);
+        mimi_host_copy(&m, d, src, sizeof(float) * n - 3);
+        wrong += memcmp(d, src, sizeof(float) * n - 3) != 0 || d[sizeof(float) * n - 3] != 0;
+    }
+    memset(dst, 0, sizeof(float) * n);
+    CHECK_EQ(mimi_batch_copy_finite(&b, dst, src, n, "sample"), MIMI_OK);
+    wrong += memcmp(dst, src, sizeof(float) * n) != 0;
+    const size_t bad[3] = {n / 2, n / 2 + 1, n - 1};  // at the threads' meeting point, after it, last
+    for (int k = 0; k < 3; k++) {
+        float keep = src[bad[k]], keep2 = src[n - 2];
+        src[bad[k]] = k == 1 ? INFINITY : NAN;
+        if (bad[k] < n - 2) src[n - 2] = NAN;
+        CHECK_EQ(mimi_batch_copy_finite(&b, dst, src, n, "sample"), MIMI_EINVAL);
+        char want[64];
+        snprintf(want, sizeof want, "sample value %zu is", bad[k]);
+        CHECK(strstr(b.errmsg, want) != NULL);
+        src[bad[k]] = keep, src[n - 2] = keep2;
+    }
+    printf("  host copies on 2 threads, %zu floats: %zu wrong\n", n, wrong);
+    CHECK_EQ(wrong, 0);
+    free(src), free(dst);
+    mimi_pool_destroy(cpu.pool);
+}
+
 int main(int argc, char **argv) {
     test_init(argc, argv);
     test_rng_seed(test_seed);
@@ -569,6 +615,7 @@ int main(int argc, char **argv) {
         test_attend(k);
         test_threads(k);
     }
+    test_host_copies();
     if (!any) SKIP("no SIMD kernel set is compiled in for this CPU");
     return test_summary();
 }
