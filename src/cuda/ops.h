@@ -336,10 +336,11 @@ struct op_attention {
     int mma_bf16;  // MIMI_PRECISION_FAST_BF16: long steps' tiles, and short steps of many rows
                    // (GPU_ATT_MMA_SHORT), on bf16 tensor cores (attention_mma.cu)
 };
-// The short steps that mma_bf16 runs on tensor cores: at most 16 query steps a row (one mma tile),
-// more rows than the skinny products take (fewer wait on latency, where the pipelined one-pass
-// kernel is faster).
-#define GPU_ATT_MMA_SHORT(R, steps) ((steps) <= 16 && (R) > GPU_SKINNY_MAX)
+// The short steps that mma_bf16 runs on tensor cores: a Mimi frame's one or two query steps a row
+// (the kernel takes up to 16, one mma tile, but was checked on the device at 1 and 2 only), more
+// rows than the skinny products take (fewer wait on latency, where the pipelined one-pass kernel
+// is faster).
+#define GPU_ATT_MMA_SHORT(R, steps) ((steps) <= 2 && (R) > GPU_SKINNY_MAX)
 // Dynamic shared memory the attention of a row with `steps` query steps needs (0: none).
 size_t mimi_cuda_attention_smem(int steps, int head_dim, int ring);
 // Marks the step's positions in each slot's position ring (once per step, before layer 0).
