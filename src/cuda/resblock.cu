@@ -15,6 +15,10 @@
  *   on the first tile). While the products run, the next tile's lines go into L2. Where T % 4
  *   leaves rows unaligned (not VEC) the window takes 4-byte loads.
  * - the two products, f32 FMAs (strict) or TF32 mma (fast), then y = x + (b2 + W2 . h).
+ * In the fast precisions the decoder's last conv (one output channel) can ride on the TF32 form
+ * (op_resblock.last): y is ELU'd in shared memory and convolved there instead of being stored.
+ * At 2048 bf16 streams that took decode from 11.1 to 10.5 ms in eager ops (the resblock 0.84 ->
+ * 1.08 ms, the separate conv's 0.83 ms gone).
  */
 #include "cuda/common.cuh"
 
