@@ -113,6 +113,44 @@ static __device__ __forceinline__ void mma_tile(const unsigned (&qf)[4][4], cons
     }
 }
 
+// The A fragments of q for this lane's rows g (at qa) and g + 8 (8 rows of 3d further), zeros for
+// a row not `valid`, scaled by 1/sqrt(hd) = 1/8 (exact) and rounded to bf16: 4 k-steps of 16 dims.
+static __device__ __forceinline__ void q_fragments(const float *qa, int d, bool valid_a, bool valid_b,
+                                                   unsigned (&qf)[4][4]) {
+    const int t = threadIdx.x & 3;
+    const float scale = 1.0f / sqrtf((float)AM_HD);
+    const float *qb = qa + (size_t)8 * 3 * d;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int c = 16 * kk + 8 * half + 2 * t;
+            const float2 x = valid_a ? *(const float2 *)(qa + c) : make_float2(0.0f, 0.0f);
+            const float2 y = valid_b ? *(const float2 *)(qb + c) : make_float2(0.0f, 0.0f);
+            qf[kk][2 * half] = pack_bf16(x.x * scale, x.y * scale);
+            qf[kk][2 * half + 1] = pack_bf16(y.x * scale, y.y * scale);
+        }
+}
+
+// The online softmax's end for this lane's query rows s_a and s_a + 8 of the block's (out: its
+// first row): the sums over the quad, then o / l stored for the rows below nq (zeros where no key
+// was visible).
+static __device__ __forceinline__ void store_rows(float (&l)[2], const float (&o)[8][4], float *out, int d, int s_a,
+                                                  int nq) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
+        const int s = s_a + 8 * u;
+        if (s >= nq) continue;
+        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+            *(float2 *)(out + (size_t)s * d + 8 * n + 2 * t) = make_float2(o[n][2 * u] * inv, o[n][2 * u + 1] * inv);
+    }
+}
+
 // Grid (R, n_heads, ceil(steps / TQ)); attention_tiled_kernel's positions and visibility.
 static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const struct op_attention a) {
     pdl_begin();
@@ -122,7 +160,7 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
     tiled_block<__nv_bfloat16> blk;
     if (!tiled_block_init<__nv_bfloat16, AM_TQ, AM_HD>(a, blk)) return;
     const int r = blk.r, h = blk.h, s0 = blk.s0, nq = blk.nq, d = a.d, ring = a.ring;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2;
     const int32_t pos0 = blk.pos0, first = blk.first, span = blk.span, *positions = blk.positions;
     const __nv_bfloat16 *keys = blk.keys, *values = blk.values;
     float *out = blk.out;
@@ -144,25 +182,9 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
         }
     };
     load(0, 0);
-    // q of this warp's rows g and g + 8 (zeros past nq), scaled and rounded: A fragments of the 4
-    // k-steps of 16 dims
-    unsigned qf[4][4];
-    {
-        const float scale = 1.0f / sqrtf((float)AM_HD);  // 1/8: exact
-        const int sa = 16 * w + g, sb = sa + 8;
-        const float *qa = a.qkv + ((size_t)r * a.steps + s0 + sa) * 3 * d + (size_t)h * AM_HD;
-        const float *qb = qa + (size_t)8 * 3 * d;
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int c = 16 * kk + 8 * half + 2 * t;
-                const float2 x = sa < nq ? *(const float2 *)(qa + c) : make_float2(0.0f, 0.0f);
-                const float2 y = sb < nq ? *(const float2 *)(qb + c) : make_float2(0.0f, 0.0f);
-                qf[kk][2 * half] = pack_bf16(x.x * scale, x.y * scale);
-                qf[kk][2 * half + 1] = pack_bf16(y.x * scale, y.y * scale);
-            }
-    }
+    unsigned qf[4][4];  // q of this warp's rows sa and sa + 8
+    const int sa = 16 * w + g;
+    q_fragments(a.qkv + ((size_t)r * a.steps + s0 + sa) * 3 * d + (size_t)h * AM_HD, d, sa < nq, sa + 8 < nq, qf);
     const int32_t qpos[2] = {pos0 + 16 * w + g, pos0 + 16 * w + g + 8};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[8][4] = {};  // O's dims 8n + 2t, + 1 of rows g (0, 1) and g + 8 (2, 3)
@@ -178,20 +200,7 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
         const __nv_bfloat16 *ks = kv + 2 * b * AM_TILE;
         mma_tile<AM_TK / 8>(qf, ks, ks + AM_TILE, kpos + b * AM_TK, qpos, a.context, m, l, o);
     }
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
-        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
-    }
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        const int s = 16 * w + g + 8 * u;
-        if (s >= nq) continue;
-        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-            *(float2 *)(out + (size_t)s * d + 8 * n + 2 * t) = make_float2(o[n][2 * u] * inv, o[n][2 * u + 1] * inv);
-    }
+    store_rows(l, o, out, d, sa, nq);
 }
 
 // ---- short steps ----
@@ -207,7 +216,7 @@ static __global__ void __launch_bounds__(32) attention_mma_short_kernel(const st
     int32_t *kpos = (int32_t *)(kv + 4 * AS_TILE);     // buffer b: AS_TK positions at b * AS_TK (-1: none)
     pdl_begin();
     const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, d = a.d, ring = a.ring;
-    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3, slot = a.row_slot[r];
+    const int lane = threadIdx.x, g = lane >> 2, slot = a.row_slot[r];
     float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
     if (slot < 0) {
         for (int i = lane; i < steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
@@ -239,20 +248,7 @@ static __global__ void __launch_bounds__(32) attention_mma_short_kernel(const st
     static_assert(AS_TK == 32, "a position a lane");
     load(0, 0);
     unsigned qf[4][4];
-    {
-        const float scale = 1.0f / sqrtf((float)AM_HD);  // 1/8: exact
-        const float *qa = a.qkv + ((size_t)r * steps + g) * 3 * d + (size_t)h * AM_HD, *qb = qa + (size_t)8 * 3 * d;
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int c = 16 * kk + 8 * half + 2 * t;
-                const float2 x = g < steps ? *(const float2 *)(qa + c) : make_float2(0.0f, 0.0f);
-                const float2 y = g + 8 < steps ? *(const float2 *)(qb + c) : make_float2(0.0f, 0.0f);
-                qf[kk][2 * half] = pack_bf16(x.x * scale, x.y * scale);
-                qf[kk][2 * half + 1] = pack_bf16(y.x * scale, y.y * scale);
-            }
-    }
+    q_fragments(a.qkv + ((size_t)r * steps + g) * 3 * d + (size_t)h * AM_HD, d, g < steps, g + 8 < steps, qf);
     const int32_t qpos[2] = {pos0 + g, pos0 + g + 8};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[8][4] = {};
@@ -268,17 +264,7 @@ static __global__ void __launch_bounds__(32) attention_mma_short_kernel(const st
         const __nv_bfloat16 *ks = kv + 2 * b * AS_TILE;
         mma_tile<AS_TK / 8>(qf, ks, ks + AS_TILE, kpos + b * AS_TK, qpos, a.context, m, l, o);
     }
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
-        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
-        const int s = g + 8 * u;
-        if (s >= steps) continue;
-        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-            *(float2 *)(out + (size_t)s * d + 8 * n + 2 * t) = make_float2(o[n][2 * u] * inv, o[n][2 * u + 1] * inv);
-    }
+    store_rows(l, o, out, d, g, steps);
 }
 
 int attention_mma_short_fits(const struct op_attention *a) {
