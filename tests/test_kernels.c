@@ -22,6 +22,7 @@
  *                                explicit kernel sets, bf16 weights (label weights)
  */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "batch.h"
 #include "cpu/cpu.h"
@@ -549,6 +550,28 @@ static void test_fidelity(void) {
 
 // ---- main ----
 
+static void count_share(void *ctx, int ith, int nth) {
+    (void)nth;
+    atomic_fetch_add((atomic_int *)ctx, 1 << (8 * ith));
+}
+
+// A region run right after the pool is made: every share runs once, even when the workers have
+// not started yet (the first region once went unseen by a worker that started after it was
+// published, and its caller waited forever).
+static void test_pool_start(void) {
+    int ok = 0;
+    for (int k = 0; k < 300; k++) {
+        struct mimi_pool *pool = mimi_pool_create(3);
+        if (!pool) break;
+        atomic_int shares = 0;
+        mimi_pool_run(pool, 3, count_share, &shares);
+        ok += atomic_load(&shares) == (1 | 1 << 8 | 1 << 16);
+        mimi_pool_destroy(pool);
+    }
+    printf("  pool: a region right after creation ran every share in %d of 300 pools\n", ok);
+    CHECK_EQ(ok, 300);
+}
+
 // The threaded host copies of a large step (batch.c: above 1 MB, split over the pool, streaming
 // stores on x86): sizes that end mid-vector and mid-block, destinations off 16-byte alignment,
 // bit for bit; the checked copy names the first non-finite sample, wherever the threads' shares
@@ -615,6 +638,7 @@ int main(int argc, char **argv) {
         test_attend(k);
         test_threads(k);
     }
+    test_pool_start();
     test_host_copies();
     if (!any) SKIP("no SIMD kernel set is compiled in for this CPU");
     return test_summary();

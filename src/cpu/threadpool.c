@@ -57,7 +57,10 @@ struct mimi_pool {
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     struct mimi_pool *p = w->pool;
-    unsigned seen = atomic_load(&p->generation);
+    // the generation at creation (0), not the one this thread first reads: a region published
+    // between pthread_create and this line is still this worker's to run (reading it here made
+    // the worker skip that region and its caller spin forever)
+    unsigned seen = 0;
     for (;;) {
         // wait for a new generation: spin first, then sleep
         unsigned gen;
