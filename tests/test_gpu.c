@@ -497,6 +497,180 @@ static void resblock_last_case(int precision, int T) {
     free(x), free(w), free(state), free(out[0]), free(out[1]), free(hist[0]), free(hist[1]);
 }
 
+// op_resblock_mma against its definition computed here (the window, weights and h rounded to
+// bf16, sums in double, biases f32): 3 rows of T columns (a slot deep in its signal with a
+// history, a padding row, a fresh slot). The residual branch y - x must agree within the f32
+// summation order (a rounding of h may flip), y must be written everywhere (poisoned with NaN
+// before) and the histories must stay as they were (the carry is a separate op).
+static void resblock_mma_case(int C, int T) {
+    enum { R = 3, K = 3 };
+    const int HID = C / 2, ck = C * K, ld1 = (ck + 1 + 3) & ~3, ld2 = (HID + 1 + 3) & ~3;
+    const size_t stride = (size_t)C * (K - 1) + 4, nx = (size_t)C * R * T;  // a slot: history, started
+    const size_t n1 = (size_t)HID * ld1, n2 = (size_t)C * ld2, nf1 = (size_t)HID * ck, nf2 = (size_t)C * HID;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * nx), *ref = malloc(sizeof(float) * nx);
+    float *w = malloc(sizeof(float) * (n1 + n2)), *state = calloc(2 * stride, sizeof(float));
+    float *st = malloc(sizeof(float) * 2 * stride), *v = malloc(sizeof(float) * ck), *h = malloc(sizeof(float) * HID);
+    uint16_t *f = malloc(sizeof(uint16_t) * (nf1 + nf2));
+    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL;
+    uint16_t *df = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, -1, 0};
+    CHECK(x && y && ref && w && state && st && v && h && f);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * (n1 + n2)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&df, sizeof(uint16_t) * (nf1 + nf2)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!x || !y || !ref || !w || !state || !st || !v || !h || !f || !dx || !dy || !dw || !df || !dstate || !drs) return;
+    for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < n1 + n2; i++) w[i] = 0.2f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < (size_t)C * (K - 1); i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's history
+    ((int32_t *)state)[stride - 1] = 0, ((int32_t *)state)[2 * stride - 1] = 1;
+    // the fragments: W1 as (HID, K*C) tap-major, W2 as (C, HID)
+    for (int j = 0; j < HID; j++)
+        for (int i = 0; i < C; i++)
+            for (int k = 0; k < K; k++) f[gpu_mma_fragment_index(HID, j, k * C + i)] = mimi_to_bf16(w[(size_t)j * ld1 + i * K + k]);
+    for (int o = 0; o < C; o++)
+        for (int j = 0; j < HID; j++) f[nf1 + gpu_mma_fragment_index(C, o, j)] = mimi_to_bf16(w[n1 + (size_t)o * ld2 + j]);
+    // the definition: v = bf16 of [history | elu(x)], h = bf16(elu(b1 + W1 v)), y = x + (b2 + W2 h)
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < C; i++)
+                for (int k = 0; k < K; k++) {
+                    const int j = t + k;
+                    float e = 0.0f;
+                    if (j >= K - 1) {
+                        e = x[((size_t)i * R + r) * T + j - (K - 1)];
+                        mimi_elu(&e, 1);
+                    } else if (row_slot[r] >= 0) {
+                        e = state[(size_t)row_slot[r] * stride + i * (K - 1) + j];
+                    }
+                    v[i * K + k] = (float)bf16_value(mimi_to_bf16(e));
+                }
+            for (int j = 0; j < HID; j++) {
+                double acc = 0.0;
+                for (int p = 0; p < ck; p++) acc += bf16_value(mimi_to_bf16(w[(size_t)j * ld1 + p])) * v[p];
+                float e = (float)acc + w[(size_t)j * ld1 + ck];
+                mimi_elu(&e, 1);
+                h[j] = (float)bf16_value(mimi_to_bf16(e));
+            }
+            for (int o = 0; o < C; o++) {
+                double acc = 0.0;
+                for (int j = 0; j < HID; j++) acc += bf16_value(mimi_to_bf16(w[n1 + (size_t)o * ld2 + j])) * h[j];
+                const size_t at = ((size_t)o * R + r) * T + t;
+                ref[at] = (float)acc + w[n1 + (size_t)o * ld2 + HID];  // the branch
+            }
+        }
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof(float) * (n1 + n2), cudaMemcpyHostToDevice);
+    cudaMemcpy(df, f, sizeof(uint16_t) * (nf1 + nf2), cudaMemcpyHostToDevice);
+    cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + stride - 1), drs, stride, C, K, 1, K - 1, T, R,
+                                 1, 0, 0, 1, 1};
+    const struct op_resblock_mma rb = {in, df, df + nf1, dw, dw + n1, ld1, ld2, HID, dy};
+    CHECK_EQ(mimi_cuda_resblock_mma(&rb, &ex), MIMI_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(y, dy, sizeof(float) * nx, cudaMemcpyDeviceToHost);
+    cudaMemcpy(st, dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+    size_t nans = 0;
+    for (size_t i = 0; i < nx; i++) nans += y[i] != y[i], y[i] -= x[i];
+    const double rel = rel_l2(y, ref, nx);
+    const int state_same = memcmp(st, state, sizeof(float) * 2 * stride) == 0;
+    printf("  resblock on bf16 tensor cores (%d channels, T %d) vs its definition: branch rel_l2 %.2e, %zu NaN, "
+           "history %s %s\n", C, T, rel, nans, state_same ? "kept" : "CHANGED", msg);
+    CHECK(rel < 1e-4);
+    CHECK_EQ(nans, 0);
+    CHECK(state_same);
+    // a geometry it does not take is refused with a reason
+    struct op_resblock_mma bad = rb;
+    bad.in.T = T + 2;
+    CHECK_EQ(mimi_cuda_resblock_mma(&bad, &ex), MIMI_EUNSUPPORTED);
+    CHECK(strstr(msg, "no kernel") != NULL);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(df), cudaFree(dstate), cudaFree(drs);
+    free(x), free(y), free(ref), free(w), free(state), free(st), free(v), free(h), free(f);
+}
+
+// op_conv_mma against its definition computed here (window and weights rounded to bf16, sums in
+// double, the bias f32): 3 rows (a slot with a history, a padding row, a fresh slot), the ELU on.
+static void conv_mma_case(int C, int COUT, int S, int To) {
+    enum { R = 3 };
+    const int K = 2 * S, T = To * S, ck = C * K, ld = (ck + 1 + 3) & ~3;
+    const size_t stride = (size_t)C * S + 4, nx = (size_t)C * R * T, ny = (size_t)COUT * R * To;  // a slot: history, started
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), *ref = malloc(sizeof(float) * ny);
+    float *w = malloc(sizeof(float) * COUT * ld), *state = calloc(2 * stride, sizeof(float)), *v = malloc(sizeof(float) * ck);
+    uint16_t *f = malloc(sizeof(uint16_t) * COUT * ck);
+    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL;
+    uint16_t *df = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, -1, 0};
+    CHECK(x && y && ref && w && state && v && f);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * ny), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * COUT * ld), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&df, sizeof(uint16_t) * COUT * ck), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!x || !y || !ref || !w || !state || !v || !f || !dx || !dy || !dw || !df || !dstate || !drs) return;
+    for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < (size_t)COUT * ld; i++) w[i] = 0.2f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < (size_t)C * S; i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's history
+    for (int o = 0; o < COUT; o++)
+        for (int i = 0; i < C; i++)
+            for (int k = 0; k < K; k++) f[gpu_mma_fragment_index(COUT, o, k * C + i)] = mimi_to_bf16(w[(size_t)o * ld + i * K + k]);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < To; t++) {
+            for (int i = 0; i < C; i++)
+                for (int k = 0; k < K; k++) {
+                    const int j = t * S + k;
+                    float e = 0.0f;
+                    if (j >= S) {
+                        e = x[((size_t)i * R + r) * T + j - S];
+                        mimi_elu(&e, 1);
+                    } else if (row_slot[r] >= 0) {
+                        e = state[(size_t)row_slot[r] * stride + i * S + j];
+                    }
+                    v[i * K + k] = (float)bf16_value(mimi_to_bf16(e));
+                }
+            for (int o = 0; o < COUT; o++) {
+                double acc = 0.0;
+                for (int p = 0; p < ck; p++) acc += bf16_value(mimi_to_bf16(w[(size_t)o * ld + p])) * v[p];
+                ref[((size_t)o * R + r) * To + t] = (float)acc + w[(size_t)o * ld + ck];
+            }
+        }
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof(float) * COUT * ld, cudaMemcpyHostToDevice);
+    cudaMemcpy(df, f, sizeof(uint16_t) * COUT * ck, cudaMemcpyHostToDevice);
+    cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + stride - 1), drs, stride, C, K, S, S, T, R,
+                                 1, 0, 0, 1, 1};
+    const struct op_conv_mma cv = {in, df, dw, ld, COUT, dy};
+    CHECK_EQ(mimi_cuda_conv_mma(&cv, &ex), MIMI_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(y, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
+    size_t nans = 0;
+    for (size_t i = 0; i < ny; i++) nans += y[i] != y[i];
+    const double rel = rel_l2(y, ref, ny);
+    printf("  strided conv on bf16 tensor cores (%d -> %d channels, S %d, %d outputs) vs its definition: rel_l2 "
+           "%.2e, %zu NaN %s\n", C, COUT, S, To, rel, nans, msg);
+    CHECK(rel < 1e-4);
+    CHECK_EQ(nans, 0);
+    struct op_conv_mma bad = cv;
+    bad.c_out = COUT + 16;
+    CHECK_EQ(mimi_cuda_conv_mma(&bad, &ex), MIMI_EUNSUPPORTED);
+    CHECK(strstr(msg, "no kernel") != NULL);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(df), cudaFree(dstate), cudaFree(drs);
+    free(x), free(y), free(ref), free(w), free(state), free(v), free(f);
+}
+
 // A streaming step's attention over bf16 rings on tensor cores (attention_mma.cu's short steps:
 // a warp per row and head) against the one-pass kernel over the same rings, rotation and ring
 // store inline in both: 20 rows of `steps` queries (past GPU_SKINNY_MAX, where the mode takes
@@ -569,6 +743,12 @@ static void test_bf16_operands(void) {
     resblock_last_case(MIMI_PRECISION_FAST, 1920);       // 15 whole tiles a row
     resblock_last_case(MIMI_PRECISION_FAST, 1924);       // and a last tile of 4 columns
     resblock_last_case(MIMI_PRECISION_FAST_BF16, 1920);
+    resblock_mma_case(128, 480);  // the two levels it takes in Mimi
+    resblock_mma_case(256, 96);
+    resblock_mma_case(128, 192);  // two tiles a row
+    conv_mma_case(64, 128, 4, 480);  // the encoder's first two downsampling convs
+    conv_mma_case(128, 256, 5, 96);
+    conv_mma_case(64, 256, 4, 96);   // two passes of 128 outputs, one tile
     attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one

@@ -142,6 +142,59 @@ static void emu_resblock(const struct op_resblock *a) {
     if (a->has_last) emu_last_conv(a, y), free(y);
 }
 
+// op_resblock_mma: the window, W1, W2 and h rounded to bfloat16, the sums and biases in f32.
+static void emu_resblock_mma(const struct op_resblock_mma *a) {
+    const struct op_im2col *in = &a->in;
+    const int c = in->c_in, K = in->K, ck = c * K, hid = a->hid;
+    float *w1 = malloc(sizeof(float) * hid * ck), *w2 = malloc(sizeof(float) * c * hid);
+    float *v = malloc(sizeof(float) * ck), *h = malloc(sizeof(float) * hid);
+    CHECK(w1 && w2 && v && h);
+    if (!w1 || !w2 || !v || !h) return;
+    for (int j = 0; j < hid; j++)
+        for (int p = 0; p < ck; p++) w1[j * ck + p] = bf16_round(a->w1[(size_t)j * a->ld1 + p]);
+    for (int o = 0; o < c; o++)
+        for (int j = 0; j < hid; j++) w2[o * hid + j] = bf16_round(a->w2[(size_t)o * a->ld2 + j]);
+    for (int r = 0; r < in->R; r++)
+        for (int t = 0; t < in->T; t++) {
+            for (int i = 0; i < c; i++)
+                for (int k = 0; k < K; k++) v[i * K + k] = bf16_round(xin(in, i, r, t + k));
+            for (int j = 0; j < hid; j++) {
+                float s = 0.0f;
+                for (int p = 0; p < ck; p++) s += w1[j * ck + p] * v[p];
+                h[j] = bf16_round(elu(s + a->w1[(size_t)j * a->ld1 + ck]));
+            }
+            for (int o = 0; o < c; o++) {
+                float s = 0.0f;
+                for (int j = 0; j < hid; j++) s += w2[o * hid + j] * h[j];
+                const size_t at = ((size_t)o * in->R + r) * in->T + t;
+                a->y[at] = in->x[at] + (s + a->w2[(size_t)o * a->ld2 + hid]);
+            }
+        }
+    free(w1), free(w2), free(v), free(h);
+}
+
+// op_conv_mma: the window and W rounded to bfloat16, the sums and the bias in f32.
+static void emu_conv_mma(const struct op_conv_mma *a) {
+    const struct op_im2col *in = &a->in;
+    const int ck = in->c_in * in->K, To = in->T / in->S;
+    float *w = malloc(sizeof(float) * a->c_out * ck), *v = malloc(sizeof(float) * ck);
+    CHECK(w && v);
+    if (!w || !v) return;
+    for (int o = 0; o < a->c_out; o++)
+        for (int p = 0; p < ck; p++) w[o * ck + p] = bf16_round(a->w[(size_t)o * a->ld + p]);
+    for (int r = 0; r < in->R; r++)
+        for (int t = 0; t < To; t++) {
+            for (int i = 0; i < in->c_in; i++)
+                for (int k = 0; k < in->K; k++) v[i * in->K + k] = bf16_round(xin(in, i, r, t * in->S + k));
+            for (int o = 0; o < a->c_out; o++) {
+                float s = 0.0f;
+                for (int p = 0; p < ck; p++) s += w[o * ck + p] * v[p];
+                a->y[((size_t)o * in->R + r) * To + t] = s + a->w[(size_t)o * a->ld + ck];
+            }
+        }
+    free(w), free(v);
+}
+
 // out = LayerNorm(x) * w + b over d values (out may be x); double mean and biased variance.
 static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps) {
     double mean = 0.0, var = 0.0;
@@ -533,6 +586,8 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_ARGMIN: emu_argmin(&op->u.argmin); break;
         case GOP_GATHER: emu_gather(&op->u.gather); break;
         case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
+        case GOP_RESBLOCK_MMA: emu_resblock_mma(&op->u.resblock_mma); break;
+        case GOP_CONV_MMA: emu_conv_mma(&op->u.conv_mma); break;
         case GOP_TRANSFORMER: emu_transformer(&op->u.transformer); break;
         case GOP_RVQ_CHAIN: emu_rvq_chain(&op->u.rvq_chain); break;
         case GOP_TAILS: emu_tails(&op->u.tails); break;
@@ -770,8 +825,9 @@ static size_t test_fast_padding(const float *clip) {
 
 // ---- bfloat16 conv products (MIMI_PRECISION_FAST_BF16) ----
 
-// The bf16 mode's wide plans: every product over 64 or more values and more columns than the
-// skinny kernel takes has bf16 operands, from an im2col written in bf16 (a transposed conv's
+// The bf16 mode's wide plans: the resblocks below the top level on op_resblock_mma, and every
+// other product over 64 or more values and more columns than the skinny kernel takes has bf16
+// operands, from an im2col written in bf16 (a transposed conv's
 // input converted first, with the ELU before it), over a reduction and weight rows of a multiple
 // of 8 values; the others stay f32; the scratch shrinks; and two steps stay close to the CPU's
 // f32 with the scratch poisoned (a sanity bound on the rounding, not a parity gate: the mode's
@@ -822,7 +878,14 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
            fast_scratch_elems);
     CHECK(im2col16 > 0);
     CHECK(convert > 0 && convert_elu == convert);  // each with the decoder's ELU before its convtr, or the resblock's
-    CHECK(ones16 > 0);
+    // the 128- and 256-channel resblocks on bf16 tensor cores, not im2col and two products
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA), 2);
+    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK_MMA), 2);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK_MMA), 0);  // one stream: direct kernels
+    // and the encoder's first two downsampling convs without an im2col
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_CONV_MMA), 2);
+    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONV_MMA), 0);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_CONV_MMA), 0);
     CHECK_EQ(ones_mismatch, 0);
     CHECK_EQ(convert - ones16 + elu_passes, 4);  // the narrowest convtr (16 columns) keeps f32 and its ELU pass
     CHECK_EQ(gemm16, im2col16 + convert);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "attention.cuh"
+#include "mma.cuh"
 
 #define AM_TQ 64                         // query steps per block
 #define AM_TK 64                         // key positions per tile
@@ -31,26 +32,6 @@
 #define AM_TILE (AM_TK * AM_LD)          // bf16 values of one tile's keys (or values)
 #define AM_CHUNKS (AM_TK * AM_HD / 8)    // 16-byte pieces of a tile's keys (or values)
 #define AM_SMEM (sizeof(__nv_bfloat16) * 4 * AM_TILE + sizeof(int32_t) * 2 * AM_TK)  // two buffers of k and v, positions
-
-static __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
-}
-
-// two f32 as one register of bf16 (rounded to nearest even), the first in the low half
-static __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(const unsigned *)&v;
-}
-
-// acc (16 x 8) += A (16 x 16) B (16 x 8), bf16 operands, f32 accumulation
-static __device__ __forceinline__ void mma_bf16(float acc[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // S (16 x n) = Q K^T over a tile of keys, masked by the ring rule, folded into the running
 // maximum m, sums l and output o (rows g and g + 8 of this lane) of the online softmax: the tile

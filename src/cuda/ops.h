@@ -109,6 +109,26 @@ struct op_conv {
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 
+// ---- conv_mma.cu ----
+
+// A strided conv with K = 2S on bfloat16 tensor cores (MIMI_PRECISION_FAST_BF16), for the
+// encoder's first two downsampling convs (64 -> 128 channels, S 4, 480 outputs a frame; 128 ->
+// 256, S 5, 96): y[o, r, t] = b[o] + sum_{i,k} W[o, i*K + k] v(i, r, t*S + k), v = bf16 of
+// `in`'s [history | f(x)], W in bf16, the sums and the bias f32. w (c_out, ld) is the packed f32
+// conv with its bias column c_in*K; wf the weight in bf16 in mma fragment order with its
+// reduction tap-major (k*c_in + i). The history is not carried (a GOP_CARRY follows).
+#define GPU_CONV_MMA_FITS(c_in, c_out, K, S, T_out)                                                    \
+    ((K) == 2 * (S) && (c_out) % 128 == 0 &&                                                          \
+     (((c_in) == 64 && (S) == 4 && (T_out) % 96 == 0) || ((c_in) == 128 && (S) == 5 && (T_out) % 48 == 0)))
+struct op_conv_mma {
+    struct op_im2col in;  // not replicate
+    const void *wf;
+    const float *w;
+    int ld, c_out;
+    float *y;  // (c_out, R, T/S)
+};
+int mimi_cuda_conv_mma(const struct op_conv_mma *a, struct gpu_exec *ex);
+
 // The staged histories and transposed-conv tails of a small step, stored at its end in one
 // launch instead of a carry after each conv (each such launch cost one stream's chain of
 // dependent kernels a round trip): for each entry e and non-padding row r, the slot's state
@@ -166,6 +186,38 @@ struct op_resblock {
     struct gpu_last_conv last;
 };
 int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
+
+// ---- resblock_mma.cu ----
+
+// The same block in bfloat16 on tensor cores (MIMI_PRECISION_FAST_BF16) for the SEANet levels
+// below the top one, (c, hid) = (128, 64) over 480 steps and (256, 128) over 96 in Mimi:
+// y[o, r, t] = x[o, r, t] + (b2[o] + sum_j W2[o, j] h[j, r, t]),
+// h[j, r, t] = bf16(elu(b1[j] + sum_{i,k} W1[j, i*K + k] v(i, r, t + k))),
+// v = bf16 of `in`'s [history | elu(x)]; W1 and W2 rounded to bf16, the sums in f32, the biases
+// f32. w1 (hid, ld1) and w2 (c, ld2) are the packed f32 convs with their bias columns (c*K and
+// hid); w1f and w2f the same weights in bf16 in mma fragment order (gpu_mma_fragments), W1's
+// reduction tap-major (k*c + i). y must not overlap x; a GOP_CARRY follows. It takes
+// T % GPU_RESBLOCK_MMA_TILE == 0.
+#define GPU_RESBLOCK_MMA_TILE 96
+#define GPU_RESBLOCK_MMA_FITS(c, hid, T) \
+    (((c) == 128 || (c) == 256) && (hid) * 2 == (c) && (T) % GPU_RESBLOCK_MMA_TILE == 0)
+struct op_resblock_mma {
+    struct op_im2col in;  // in.c_in = c, in.K = GPU_RESBLOCK_K, in.S = 1, in.H = 2, in.elu = 1, not replicate
+    const void *w1f, *w2f;
+    const float *w1, *w2;
+    int ld1, ld2, hid;
+    float *y;  // (c, R, T)
+};
+int mimi_cuda_resblock_mma(const struct op_resblock_mma *a, struct gpu_exec *ex);
+
+// Where a row-major (rows, cols) matrix's element (m, k) goes in mma fragment order (rows and
+// cols multiples of 16): m16 x k16 tiles, tile (kt, mt) at (kt * rows/16 + mt) * 256 values, in
+// it lane l = 4g + q's 8 values a0 (row g, cols 2q, 2q + 1), a1 (row g + 8), a2 (cols + 8), a3
+// (both): one 16-byte load per lane and tile for mma.sync m16n8k16's A operand.
+static inline size_t gpu_mma_fragment_index(int rows, int m, int k) {
+    const int mt = m / 16, kt = k / 16, g = m % 8, hi_m = (m % 16) / 8, q = (k % 8) / 2, hi_k = (k % 16) / 8;
+    return ((size_t)kt * (rows / 16) + mt) * 256 + (size_t)(4 * g + q) * 8 + (size_t)(2 * (hi_m + 2 * hi_k)) + k % 2;
+}
 
 // ---- matmul.cu ----
 

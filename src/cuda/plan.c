@@ -151,6 +151,31 @@ static const float *map_with_bias_bf16(struct gpu_weights *w, const struct mimi_
     return map_owned_bf16(h, n, map, ctx);
 }
 
+// A conv's weight (c_out, c_in*K) in bfloat16 in mma fragment order (gpu_mma_fragment_index),
+// as a (c_out, K*c_in) matrix whose reduction is tap-major: column k*c_in + i holds w[o, i, k].
+static const float *map_fragments(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
+    const int rows = c->c_out, K = c->kernel, cols = c->c_in * K;
+    const size_t n = (size_t)rows * cols;
+    uint16_t *h = owned_bf16(w, n);
+    for (int o = 0; h && o < rows; o++)
+        for (int i = 0; i < c->c_in; i++)
+            for (int k = 0; k < K; k++)
+                h[gpu_mma_fragment_index(rows, o, k * c->c_in + i)] = mimi_to_bf16(c->weight[((size_t)o * c->c_in + i) * K + k]);
+    return map_owned_bf16(h, n, map, ctx);
+}
+
+// Whether a resblock's convs fit op_resblock_mma (at some step count: the plan checks T).
+static int resblock_mma_fits(const struct seanet_layer *l) {
+    const struct mimi_conv *c = &l->conv;
+    return GPU_RESBLOCK_MMA_FITS(c->c_in, c->c_out, GPU_RESBLOCK_MMA_TILE) && c->kernel == GPU_RESBLOCK_K &&
+           c->stride == 1 && c->groups == 1 && !c->replicate_first && l->conv2.kernel == 1 && l->conv2.groups == 1;
+}
+
+// Whether a conv fits op_conv_mma (at some step count: the plan checks T).
+static int conv_mma_fits(const struct mimi_conv *c) {
+    return GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, 96) && c->groups == 1 && !c->replicate_first;
+}
+
 static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, gpu_map_fn map,
                        void *ctx, int bf16) {
     for (int i = 0; i < s->n_layers; i++) {
@@ -172,10 +197,17 @@ static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const stru
         out[i].w = map_with_bias(w, c, map, ctx);
         if (out[i].w && bf16) out[i].w_bf16 = map_with_bias_bf16(w, c, map, ctx);
         if (!out[i].w || (bf16 && !out[i].w_bf16)) return MIMI_ENOMEM;
+        if (bf16 && l->kind == SEANET_CONV && conv_mma_fits(c) && !(out[i].wf = map_fragments(w, c, map, ctx)))
+            return MIMI_ENOMEM;
         if (l->kind != SEANET_RESBLOCK) continue;
         out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
         if (out[i].w2 && bf16) out[i].w2_bf16 = map_with_bias_bf16(w, &l->conv2, map, ctx);
         if (!out[i].w2 || (bf16 && !out[i].w2_bf16)) return MIMI_ENOMEM;
+        if (bf16 && resblock_mma_fits(l)) {
+            out[i].wf = map_fragments(w, c, map, ctx);
+            out[i].w2f = map_fragments(w, &l->conv2, map, ctx);
+            if (!out[i].wf || !out[i].w2f) return MIMI_ENOMEM;
+        }
         if (!GPU_RESBLOCK_FITS(c->c_in, c->c_out)) continue;
         out[i].w1t = map_transposed(w, c, map, ctx);
         out[i].w2t = map_transposed(w, &l->conv2, map, ctx);
@@ -556,6 +588,21 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f)->ab_bf16 = bf16;
 }
 
+// A SEANet conv on op_conv_mma where it fits (FAST_BF16's large steps: w->wf bound, too many
+// columns for the direct kernel): y (c_out, R, T/S) = conv(f(x)) over [hist | f(x)], then the
+// carry. Returns 0 (nothing planned) where it does not fit.
+static int plan_conv_mma(struct builder *B, const struct mimi_conv *c, const struct gpu_conv_w *w, const float *x,
+                         float *y, int T, int elu, float *hist) {
+    const int To = T / c->stride, N = B->R * To, ck = c->c_in * c->kernel;
+    if (!w->wf || T % c->stride || direct_conv(N, (double)N * c->c_out * (ck + 1)) ||
+        !GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, To))
+        return 0;
+    struct op_conv_mma *a = &emit(B, GOP_CONV_MMA, "conv_mma")->u.conv_mma;
+    *a = (struct op_conv_mma){conv_input(B, c, x, T, elu, hist, 0), w->wf, w->w, gpu_conv_ld(ck + 1), c->c_out, y};
+    if (a->in.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a->in;
+    return 1;
+}
+
 // y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
 // a dense one's product in bfloat16 (bf16_product) with W16, W in bf16, and f(x) converted to
 // bf16 first (one pass), else f applied to x in place.
@@ -606,8 +653,8 @@ static int last_fits(const struct builder *B, const struct mimi_conv *c, int c_i
 }
 
 // x (c, R, T) + conv1x1(elu(conv_k(elu(x)))): returns where the result is, x itself or `out`.
-// Small steps run two direct kernels; large ones one op_resblock kernel into `out` where its
-// geometry fits, else im2col and two products, the second accumulating into x (beta = 1) with
+// Small steps run two direct kernels; large ones one op_resblock (or, in FAST_BF16,
+// op_resblock_mma) kernel into `out` where its geometry fits, else im2col and two products, the second accumulating into x (beta = 1) with
 // its bias riding on a row of ones written after the hidden activations. With `last` (fitting
 // last_fits) the op_resblock kernel also runs that conv (weights last_w, history last_hist) and
 // `out` is its (R, T) output; *fused says whether it did.
@@ -622,6 +669,14 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0);
         plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1);
         return x;
+    }
+    if (w->wf && !last_w && GPU_RESBLOCK_MMA_FITS(c, hid, T)) {
+        // FAST_BF16 below the top level: the block on bf16 tensor cores, out of place
+        struct op_resblock_mma *rb = &emit(B, GOP_RESBLOCK_MMA, "resblock_mma")->u.resblock_mma;
+        *rb = (struct op_resblock_mma){conv_input(B, &l->conv, x, T, 1, hist, 0), w->wf, w->w2f, w->w, w->w2,
+                                       gpu_conv_ld(c * l->conv.kernel + 1), gpu_conv_ld(hid + 1), hid, out};
+        emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
+        return out;
     }
     if (w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
         !l->conv.replicate_first) {
@@ -674,7 +729,8 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV:
-            plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0);
+            if (!plan_conv_mma(B, c, &w[i], src, act[cur], T, pending_elu, mem))
+                plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0);
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;

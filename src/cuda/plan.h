@@ -25,10 +25,13 @@ int gpu_conv_ld(int k);
 // `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1); `w1t` and `w2t` are a
 // resblock's two convs transposed for op_resblock, (c_in*K + 1, c_out) with the bias as last row.
 // With MIMI_PRECISION_FAST_BF16, `w_bf16` and `w2_bf16` are `w` and `w2` (dense ones) in
-// bfloat16, rounded to nearest even, with the same layout and row stride in 2-byte values.
+// bfloat16, rounded to nearest even, with the same layout and row stride in 2-byte values;
+// `wf` and `w2f` the conv (a resblock's first) and a resblock's second in bf16 in mma fragment
+// order, for op_conv_mma and op_resblock_mma.
 struct gpu_conv_w {
     const float *w, *b, *w2, *w1t, *w2t;
     const float *w_bf16, *w2_bf16;
+    const float *wf, *w2f;
 };
 
 struct gpu_layer_w {
@@ -51,10 +54,10 @@ struct gpu_weights {
     const float *codebooks, *norms;    // (n_q, bins, dim), (n_q, bins)
     const float *projection;           // (d, frame_dim) when the model has no quantizer
     float freq_host[2][GPU_MAX_HEAD_DIM / 2];  // the rotary tables before mapping
-    // host copies made for mapping: per SEANet layer at most 6 (a resblock's two packed convs,
-    // their bf16 copies and their transposes), in two SEANets, the bf16 downsampling weight,
-    // and three bf16 linears per transformer layer
-    float *owned[12 * MIMI_MAX_SEANET_LAYERS + 1 + 6 * GPU_MAX_LAYERS];
+    // host copies made for mapping: per SEANet layer at most 8 (a resblock's two packed convs,
+    // their bf16 copies, and their transposes or fragments), in two SEANets, the bf16
+    // downsampling weight, and three bf16 linears per transformer layer
+    float *owned[16 * MIMI_MAX_SEANET_LAYERS + 1 + 6 * GPU_MAX_LAYERS];
     int n_owned;
 };
 
@@ -105,7 +108,7 @@ size_t gpu_stage_input_offset(int R);
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
-    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS,
+    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS, GOP_RESBLOCK_MMA, GOP_CONV_MMA,
 };
 
 struct gpu_op {
@@ -126,6 +129,8 @@ struct gpu_op {
         struct op_argmin argmin;
         struct op_gather gather;
         struct op_resblock resblock;
+        struct op_resblock_mma resblock_mma;
+        struct op_conv_mma conv_mma;
         struct op_transformer transformer;
         struct op_rvq_chain rvq_chain;
         struct op_tails tails;
