@@ -671,6 +671,94 @@ static void conv_mma_case(int C, int COUT, int S, int To) {
     free(x), free(y), free(ref), free(w), free(state), free(v), free(f);
 }
 
+// op_convtr_mma and its tail launch against their definition computed here (f(x) and W rounded
+// to bf16, sums in double, the bias f32): 3 rows (a slot with a tail, a padding row, a fresh
+// slot), the ELU on. Outputs within the f32 summation order; the tails the launch leaves too,
+// and the padding row's slot state untouched.
+static void convtr_mma_case(int CIN, int COUT, int S, int T) {
+    enum { R = 3 };
+    const int K = 2 * S, P = S;
+    const size_t stride = (size_t)COUT * P + 4, nx = (size_t)CIN * R * T, ny = (size_t)COUT * R * T * S;
+    const size_t nw = (size_t)COUT * K * CIN, nf = (size_t)COUT * S * 2 * CIN;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), *ref = malloc(sizeof(float) * ny);
+    float *w = malloc(sizeof(float) * (nw + COUT)), *state = calloc(2 * stride, sizeof(float));
+    float *st = malloc(sizeof(float) * 2 * stride), *want = malloc(sizeof(float) * 2 * stride), *v = malloc(sizeof(float) * nx);
+    uint16_t *f = malloc(sizeof(uint16_t) * nf);
+    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL;
+    uint16_t *df = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, -1, 0};
+    CHECK(x && y && ref && w && state && st && want && v && f);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * ny), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * (nw + COUT)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&df, sizeof(uint16_t) * nf), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!x || !y || !ref || !w || !state || !st || !want || !v || !f || !dx || !dy || !dw || !df || !dstate || !drs) return;
+    for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < nw + COUT; i++) w[i] = 0.2f * (test_rng_float() - 0.5f);  // packed (COUT*K, CIN), then the bias
+    for (size_t i = 0; i < (size_t)COUT * P; i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's tail
+    for (int o = 0; o < COUT; o++)
+        for (int ph = 0; ph < S; ph++)
+            for (int s2 = 0; s2 < 2; s2++)
+                for (int i = 0; i < CIN; i++)
+                    f[gpu_mma_fragment_index(COUT * S, o * S + ph, s2 * CIN + i)] =
+                        mimi_to_bf16(w[((size_t)o * K + ph + s2 * S) * CIN + i]);
+    for (size_t n = 0; n < nx; n++) {
+        float e = x[n];
+        mimi_elu(&e, 1);
+        v[n] = (float)bf16_value(mimi_to_bf16(e));
+    }
+    memcpy(want, state, sizeof(float) * 2 * stride);
+    for (int r = 0; r < R; r++)
+        for (int o = 0; o < COUT; o++)
+            for (int ph = 0; ph < S; ph++) {
+                for (int t = 0; t <= T; t++) {  // t = T: the next tail
+                    double acc = 0.0;
+                    for (int s2 = 0; s2 < 2; s2++)
+                        for (int i = 0; i < CIN && t - s2 >= 0 && t - s2 < T; i++)
+                            acc += bf16_value(mimi_to_bf16(w[((size_t)o * K + ph + s2 * S) * CIN + i])) *
+                                   v[((size_t)i * R + r) * T + t - s2];
+                    if (t == T) {
+                        if (row_slot[r] >= 0) want[(size_t)row_slot[r] * stride + o * P + ph] = (float)acc;
+                        continue;
+                    }
+                    float yv = (float)acc + w[nw + o];
+                    if (t == 0 && row_slot[r] >= 0) yv += state[(size_t)row_slot[r] * stride + o * P + ph];
+                    ref[((size_t)o * R + r) * T * S + t * S + ph] = yv;
+                }
+            }
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof(float) * (nw + COUT), cudaMemcpyHostToDevice);
+    cudaMemcpy(df, f, sizeof(uint16_t) * nf, cudaMemcpyHostToDevice);
+    cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    const struct op_convtr_mma a = {{NULL, dx, dw, dw + nw, dy, dstate, drs, stride, COUT, K, S, T, R}, df, CIN, 1};
+    CHECK_EQ(mimi_cuda_convtr_mma(&a, &ex), MIMI_OK);
+    CHECK_EQ(mimi_cuda_convtr_mma_tail(&a, &ex), MIMI_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(y, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
+    cudaMemcpy(st, dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+    size_t nans = 0;
+    for (size_t i = 0; i < ny; i++) nans += y[i] != y[i];
+    const double rel = rel_l2(y, ref, ny), trel = rel_l2(st, want, 2 * stride);
+    printf("  transposed conv on bf16 tensor cores (%d -> %d channels, S %d, T %d) vs its definition: rel_l2 %.2e, "
+           "tails rel_l2 %.2e, %zu NaN %s\n", CIN, COUT, S, T, rel, trel, nans, msg);
+    CHECK(rel < 1e-4 && trel < 1e-4);
+    CHECK_EQ(nans, 0);
+    CHECK(st[stride - 1] == 0.0f && st[2 * stride - 1] == 0.0f);  // past the tails: untouched
+    struct op_convtr_mma bad = a;
+    bad.tr.T = T + 1;
+    CHECK_EQ(mimi_cuda_convtr_mma(&bad, &ex), MIMI_EUNSUPPORTED);
+    CHECK(strstr(msg, "no kernel") != NULL);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(df), cudaFree(dstate), cudaFree(drs);
+    free(x), free(y), free(ref), free(w), free(state), free(st), free(want), free(v), free(f);
+}
+
 // A streaming step's attention over bf16 rings on tensor cores (attention_mma.cu's short steps:
 // a warp per row and head) against the one-pass kernel over the same rings, rotation and ring
 // store inline in both: 20 rows of `steps` queries (past GPU_SKINNY_MAX, where the mode takes
@@ -749,6 +837,8 @@ static void test_bf16_operands(void) {
     conv_mma_case(64, 128, 4, 480);  // the encoder's first two downsampling convs
     conv_mma_case(128, 256, 5, 96);
     conv_mma_case(64, 256, 4, 96);   // two passes of 128 outputs, one tile
+    convtr_mma_case(128, 64, 4, 480);  // the decoder's last two upsamplings
+    convtr_mma_case(256, 128, 5, 96);
     attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one

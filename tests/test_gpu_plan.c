@@ -195,6 +195,55 @@ static void emu_conv_mma(const struct op_conv_mma *a) {
     free(w), free(v);
 }
 
+// op_convtr_mma: f(x) and W rounded to bfloat16, the sums and the bias in f32, v(-1) = 0 with
+// the tail added at step 0.
+static float *convtr_mma_inputs(const struct op_convtr_mma *a) {
+    const struct op_convtr *tr = &a->tr;
+    float *v = malloc(sizeof(float) * a->c_in * tr->R * tr->T);
+    CHECK(v != NULL);
+    for (size_t n = 0; v && n < (size_t)a->c_in * tr->R * tr->T; n++) v[n] = bf16_round(a->elu ? elu(tr->x[n]) : tr->x[n]);
+    return v;
+}
+
+static void emu_convtr_mma(const struct op_convtr_mma *a) {
+    const struct op_convtr *tr = &a->tr;
+    const int S = tr->S, T = tr->T, R = tr->R, ci = a->c_in;
+    float *v = convtr_mma_inputs(a);
+    if (!v) return;
+    for (int o = 0; o < tr->c_out; o++)
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++)
+                for (int f = 0; f < S; f++) {
+                    float s = 0.0f;
+                    for (int u = 0; u < 2; u++)
+                        for (int i = 0; i < ci && t - u >= 0; i++)
+                            s += bf16_round(tr->w[((size_t)o * tr->K + f + u * S) * ci + i]) * v[((size_t)i * R + r) * T + t - u];
+                    float y = s + (tr->bias ? tr->bias[o] : 0.0f);
+                    if (t == 0 && tr->row_slot[r] >= 0) y += tr->tail[(size_t)tr->row_slot[r] * tr->slot_stride + o * S + f];
+                    tr->y[((size_t)o * R + r) * T * S + t * S + f] = y;
+                }
+    free(v);
+}
+
+static void emu_convtr_mma_tail(const struct op_convtr_mma *a) {
+    const struct op_convtr *tr = &a->tr;
+    const int S = tr->S, T = tr->T, R = tr->R, ci = a->c_in;
+    float *v = convtr_mma_inputs(a);
+    if (!v) return;
+    for (int r = 0; r < R; r++) {
+        if (tr->row_slot[r] < 0) continue;
+        float *tail = tr->tail + (size_t)tr->row_slot[r] * tr->slot_stride;
+        for (int o = 0; o < tr->c_out; o++)
+            for (int f = 0; f < S; f++) {
+                float s = 0.0f;
+                for (int i = 0; i < ci; i++)
+                    s += bf16_round(tr->w[((size_t)o * tr->K + f + S) * ci + i]) * v[((size_t)i * R + r) * T + T - 1];
+                tail[o * S + f] = s;
+            }
+    }
+    free(v);
+}
+
 // out = LayerNorm(x) * w + b over d values (out may be x); double mean and biased variance.
 static void layer_norm(const float *x, float *out, const float *w, const float *b, int d, float eps) {
     double mean = 0.0, var = 0.0;
@@ -588,6 +637,8 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
         case GOP_RESBLOCK_MMA: emu_resblock_mma(&op->u.resblock_mma); break;
         case GOP_CONV_MMA: emu_conv_mma(&op->u.conv_mma); break;
+        case GOP_CONVTR_MMA: emu_convtr_mma(&op->u.convtr_mma); break;
+        case GOP_CONVTR_MMA_TAIL: emu_convtr_mma_tail(&op->u.convtr_mma); break;
         case GOP_TRANSFORMER: emu_transformer(&op->u.transformer); break;
         case GOP_RVQ_CHAIN: emu_rvq_chain(&op->u.rvq_chain); break;
         case GOP_TAILS: emu_tails(&op->u.tails); break;
@@ -885,9 +936,16 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     // and the encoder's first two downsampling convs without an im2col
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_CONV_MMA), 2);
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONV_MMA), 0);
+    // and the decoder's last two upsamplings without per-tap products
+    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA), 2);
+    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA_TAIL), 2);
+    CHECK_EQ(count_ops(&dec.plans[1], GOP_CONVTR_MMA), 0);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_CONV_MMA), 0);
     CHECK_EQ(ones_mismatch, 0);
-    CHECK_EQ(convert - ones16 + elu_passes, 4);  // the narrowest convtr (16 columns) keeps f32 and its ELU pass
+    // the decoder's four upsamplings: ELU in the conversion to bf16, in op_convtr_mma, or (the
+    // narrowest, 16 columns, in f32) a pass of its own
+    const int convtr_mma = count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA);
+    CHECK_EQ(convert - ones16 + elu_passes + convtr_mma, 4);
     CHECK_EQ(gemm16, im2col16 + convert);
     CHECK_EQ(aligned, gemm16);
     CHECK(enc.L.scratch_elems < fast_scratch_elems);

@@ -171,6 +171,22 @@ static int resblock_mma_fits(const struct seanet_layer *l) {
            c->stride == 1 && c->groups == 1 && !c->replicate_first && l->conv2.kernel == 1 && l->conv2.groups == 1;
 }
 
+// A dense transposed conv's packed weight (c_out*K, c_in), K = 2S, in bfloat16 in mma fragment
+// order as op_convtr_mma's (c_out*S, 2*c_in) matrix: row o*S + f, column s*c_in + i holding
+// W[o, f + s*S][i].
+static const float *map_convtr_fragments(struct gpu_weights *w, const struct mimi_conv *c, gpu_map_fn map, void *ctx) {
+    const int S = c->stride, rows = c->c_out * S, cols = 2 * c->c_in;
+    const size_t n = (size_t)rows * cols;
+    uint16_t *h = owned_bf16(w, n);
+    for (int o = 0; h && o < c->c_out; o++)
+        for (int f = 0; f < S; f++)
+            for (int s = 0; s < 2; s++)
+                for (int i = 0; i < c->c_in; i++)
+                    h[gpu_mma_fragment_index(rows, o * S + f, s * c->c_in + i)] =
+                        mimi_to_bf16(c->weight_t[((size_t)o * c->kernel + f + s * S) * c->c_in + i]);
+    return map_owned_bf16(h, n, map, ctx);
+}
+
 // Whether a conv fits op_conv_mma (at some step count: the plan checks T).
 static int conv_mma_fits(const struct mimi_conv *c) {
     return GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, 96) && c->groups == 1 && !c->replicate_first;
@@ -191,6 +207,10 @@ static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const stru
             if (bf16 && c->groups == 1) {
                 out[i].w_bf16 = map_bf16(w, c->weight_t, (size_t)c->c_out * c->kernel * c->c_in, map, ctx);
                 if (!out[i].w_bf16) return MIMI_ENOMEM;
+                // op_convtr_mma's (at some step count: the plan checks T)
+                if (GPU_CONVTR_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, 96) &&
+                    !(out[i].wf = map_convtr_fragments(w, c, map, ctx)))
+                    return MIMI_ENOMEM;
             }
             continue;
         }
@@ -605,12 +625,21 @@ static int plan_conv_mma(struct builder *B, const struct mimi_conv *c, const str
 
 // y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
 // a dense one's product in bfloat16 (bf16_product) with W16, W in bf16, and f(x) converted to
-// bf16 first (one pass), else f applied to x in place.
+// bf16 first (one pass), else f applied to x in place; or, with Wf (W in op_convtr_mma's
+// fragments) where it fits, op_convtr_mma.
 static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16,
-                        const float *bias, float *x, float *y, int T, float *tail, int elu) {
+                        const float *Wf, const float *bias, float *x, float *y, int T, float *tail, int elu) {
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
     const int direct =
         dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in);
+    if (Wf && !direct && GPU_CONVTR_MMA_FITS(c->c_in, c->c_out, K, S, T)) {
+        // FAST_BF16's large steps: one kernel on bf16 tensor cores (the ELU in it), then the tails
+        struct op_convtr_mma a = {{NULL, x, W, bias, y, tail, B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R},
+                                  Wf, c->c_in, elu};
+        emit(B, GOP_CONVTR_MMA, "convtr_mma")->u.convtr_mma = a;
+        emit(B, GOP_CONVTR_MMA_TAIL, "convtr_mma_tail")->u.convtr_mma = a;
+        return;
+    }
     const int bf16 = dense && !direct && bf16_product(B, N, c->c_in);
     if (elu && !bf16) pointwise(B, EW_ELU, x, NULL, NULL, 1, (size_t)c->c_in * N, 0);
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
@@ -738,7 +767,7 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             break;
         case SEANET_CONVTR:
             if (!in) B->rc = MIMI_EUNSUPPORTED;  // x itself is read-only (check_model: a conv first)
-            plan_convtr(B, c, w[i].w, w[i].w_bf16, w[i].b, in, act[cur], T, mem, pending_elu);
+            plan_convtr(B, c, w[i].w, w[i].w_bf16, w[i].wf, w[i].b, in, act[cur], T, mem, pending_elu);
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;
@@ -946,7 +975,7 @@ static void plan_decode(struct builder *B, const struct gpu_weights *w) {
     else gemm(B, 1, 0, B->R * L->frames, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
               latent, B->R * L->frames, 0.0f);
     B->stage = "dec.upsample";
-    plan_convtr(B, &m->upsample, w->up, NULL, NULL, latent, up, L->frames, state(B, L->st_resample), 0);
+    plan_convtr(B, &m->upsample, w->up, NULL, NULL, NULL, latent, up, L->frames, state(B, L->st_resample), 0);
     B->stage = "dec.transformer";
     plan_transformer(B, &m->dec_tr, w->dec_tr, w->dec_freq, up, tr);
     B->stage = "dec.seanet";

@@ -26,8 +26,8 @@ int gpu_conv_ld(int k);
 // resblock's two convs transposed for op_resblock, (c_in*K + 1, c_out) with the bias as last row.
 // With MIMI_PRECISION_FAST_BF16, `w_bf16` and `w2_bf16` are `w` and `w2` (dense ones) in
 // bfloat16, rounded to nearest even, with the same layout and row stride in 2-byte values;
-// `wf` and `w2f` the conv (a resblock's first) and a resblock's second in bf16 in mma fragment
-// order, for op_conv_mma and op_resblock_mma.
+// `wf` and `w2f` the conv (a resblock's first; a dense transposed conv's as op_convtr_mma takes
+// it) and a resblock's second in bf16 in mma fragment order, for the FAST_BF16 *_mma ops.
 struct gpu_conv_w {
     const float *w, *b, *w2, *w1t, *w2t;
     const float *w_bf16, *w2_bf16;
@@ -108,7 +108,8 @@ size_t gpu_stage_input_offset(int R);
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
-    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS, GOP_RESBLOCK_MMA, GOP_CONV_MMA,
+    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS, GOP_RESBLOCK_MMA, GOP_CONV_MMA, GOP_CONVTR_MMA,
+    GOP_CONVTR_MMA_TAIL,
 };
 
 struct gpu_op {
@@ -131,6 +132,7 @@ struct gpu_op {
         struct op_resblock resblock;
         struct op_resblock_mma resblock_mma;
         struct op_conv_mma conv_mma;
+        struct op_convtr_mma convtr_mma;
         struct op_transformer transformer;
         struct op_rvq_chain rvq_chain;
         struct op_tails tails;

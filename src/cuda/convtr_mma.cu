@@ -1,0 +1,188 @@
+/*
+ * convtr_mma.cu - a dense ConvTranspose1d with K = 2S on bfloat16 tensor cores (op_convtr_mma;
+ * reference src/nn/conv.c), for MIMI_PRECISION_FAST_BF16's large steps: the decoder's last two
+ * upsamplings, where an ELU pass into bf16, the per-tap product (2S times the output channels
+ * over every input step, in f32) and the overlap-add wrote and read again about 3.5 times the
+ * output (at 2048 rows on an H200: 1.67 ms for the 128 -> 64 layer, 0.86 for 256 -> 128).
+ *
+ * As a product: output phase f of input step t is row o*S + f of W' (c_out*S, 2*c_in) times
+ * [v(t); v(t - 1)], W'[o*S + f] = [W[o, f] | W[o, f + S]]. A block takes TILE input steps of one
+ * row, 8 warps:
+ * - window: xs (TILE + 1, XP) bf16, row u = v(t0 - 1 + u) over the channels (zeros before the
+ *   row's first step, whose place the slot's tail takes).
+ * - warp w takes rows 16(w + 8j) .. + 15 of W' over every column: B fragments of 16 channels of
+ *   v(t - s) for 8 steps are 8 consecutive rows of xs (ldmatrix.x4 per two groups), A fragments
+ *   from wf (fragment order, RM_AHEAD steps ahead). Bias and tail are added and the outputs go
+ *   to `outs` (c_out, TILE*S) in output order, which the block then stores as 16-byte rows.
+ * The tail launch computes each row's next tail from its last input step (a block per row).
+ */
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+
+#define CT_THREADS 256
+#define CT_WARPS (CT_THREADS / 32)
+#define CT_AHEAD 6  // A fragments in flight
+
+template <int CIN, int COUT, int S, int TILE>
+struct ct_geom {
+    static constexpr int KK = 2 * CIN, M = COUT * S, NT = TILE / 8, ROWS = TILE + 1;
+    static constexpr int XP = CIN + 8;        // window row pitch (bf16): 8 consecutive rows on distinct banks
+    static constexpr int OP = TILE * S + 4;   // output row pitch (floats), 16-byte aligned
+    static constexpr size_t XS_BYTES = sizeof(__nv_bfloat16) * (size_t)ROWS * XP;
+    static constexpr size_t SMEM = XS_BYTES + sizeof(float) * (size_t)COUT * OP;
+    static_assert((XP / 2) % 32 == 4 && NT % 2 == 0 && CIN % 16 == 0 && M % 16 == 0 && XS_BYTES % 16 == 0 &&
+                      (TILE * S) % 4 == 0, "the tiling");
+};
+
+// xs = v(i, r, t0 - 1 + u) at row u (zeros before step 0); lane l takes row 8b + (l & 7) and
+// channels 2(l >> 3), + 1 of an octet, a chunk's loads before its stores.
+template <int CIN, int COUT, int S, int TILE>
+static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, const struct op_convtr_mma &a, int r, int t0) {
+    typedef ct_geom<CIN, COUT, S, TILE> G;
+    constexpr int OCT = CIN / 8, ITEMS = (G::ROWS + 7) / 8 * OCT, CHUNK = 8;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, T = a.tr.T;
+    const size_t cs = (size_t)a.tr.R * T;
+    const float *xr = a.tr.x + (size_t)r * T;
+#pragma unroll 1
+    for (int c0 = w; c0 < ITEMS; c0 += CT_WARPS * CHUNK) {
+        float v[CHUNK][2];
+#pragma unroll
+        for (int q = 0; q < CHUNK; q++) {
+            const int it = c0 + q * CT_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
+            const int u = 8 * b + (lane & 7), t = t0 - 1 + u;
+            v[q][0] = v[q][1] = 0.0f;
+            if (it < ITEMS && u < G::ROWS && t >= 0) {
+                const float x0 = __ldg(xr + i * cs + t), x1 = __ldg(xr + (i + 1) * cs + t);
+                v[q][0] = a.elu ? elu_bf16(x0) : x0;
+                v[q][1] = a.elu ? elu_bf16(x1) : x1;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < CHUNK; q++) {
+            const int it = c0 + q * CT_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
+            const int u = 8 * b + (lane & 7);
+            if (it < ITEMS && u < G::ROWS) *(unsigned *)(xs + u * G::XP + i) = pack_bf16(v[q][0], v[q][1]);
+        }
+    }
+}
+
+template <int CIN, int COUT, int S, int TILE>
+static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const struct op_convtr_mma a) {
+    typedef ct_geom<CIN, COUT, S, TILE> G;
+    constexpr int XP = G::XP, OP = G::OP, NT = G::NT, KT = G::KK / 16, MT = G::M / 16;
+    extern __shared__ __align__(16) unsigned char ct_smem[];
+    __nv_bfloat16 *xs = (__nv_bfloat16 *)ct_smem;
+    float *outs = (float *)(ct_smem + G::XS_BYTES);
+    pdl_begin();
+    const struct op_convtr &tr = a.tr;
+    const int T = tr.T, R = tr.R, ntiles = T / TILE, r = blockIdx.x / ntiles, t0 = (blockIdx.x % ntiles) * TILE;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int slot = tr.row_slot[r];
+    const float *tail = t0 == 0 && slot >= 0 ? tr.tail + (size_t)slot * tr.slot_stride : NULL;
+    stage_window<CIN, COUT, S, TILE>(xs, a, r, t0);
+    __syncthreads();
+    // this lane's ldmatrix row: step (l & 7) (+ 8 for lanes 16 ..), channels + 8 for lanes 8 .. 15, 24 ..
+    const __nv_bfloat16 *xb = xs + ((lane & 7) + 8 * (lane >> 4)) * XP + 8 * ((lane >> 3) & 1);
+#pragma unroll 1
+    for (int m = w; m < MT; m += CT_WARPS) {
+        float acc[NT][4] = {};
+        const uint4 *af = (const uint4 *)a.wf + m * 32 + lane;
+        uint4 ring[CT_AHEAD];
+#pragma unroll
+        for (int d = 0; d < CT_AHEAD; d++) ring[d] = __ldg(af + (size_t)d * MT * 32);
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++) {
+            const int s = 16 * kt / CIN, i0 = 16 * kt % CIN;  // v(t - s), channels i0 ..
+            const uint4 f = ring[kt % CT_AHEAD];
+            if (kt + CT_AHEAD < KT) ring[kt % CT_AHEAD] = __ldg(af + (size_t)(kt + CT_AHEAD) * MT * 32);
+            const unsigned fa[4] = {f.x, f.y, f.z, f.w};
+            const __nv_bfloat16 *xk = xb + (1 - s) * XP + i0;
+#pragma unroll
+            for (int n = 0; n < NT / 2; n++) {
+                unsigned b[4];
+                ldmatrix_x4(b, xk + 16 * n * XP);
+                mma_bf16(acc[2 * n], fa, b[0], b[1]);
+                mma_bf16(acc[2 * n + 1], fa, b[2], b[3]);
+            }
+        }
+        // acc[n][e]: row 16 m + g + 8 (e >> 1) = o*S + f, step 8n + 2q + (e & 1)
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            const int row = 16 * m + g + 8 * hi, o = row / S, f = row - o * S;
+            const float b = tr.bias ? tr.bias[o] : 0.0f;
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int t = 8 * n + 2 * q + c;
+                    float v = acc[n][2 * hi + c] + b;
+                    if (tail && t == 0) v += tail[o * S + f];
+                    outs[o * OP + t * S + f] = v;
+                }
+        }
+    }
+    __syncthreads();
+    // the tile's outputs as 16-byte rows: channel o's TILE*S values from output step t0*S
+    constexpr int ROW4 = TILE * S / 4;
+    const size_t L = (size_t)T * S;
+    for (int e = threadIdx.x; e < COUT * ROW4; e += CT_THREADS) {
+        const int o = e / ROW4, j = e - o * ROW4;
+        __stcs((float4 *)(tr.y + ((size_t)o * R + r) * L + (size_t)t0 * S) + j, *(const float4 *)(outs + o * OP + 4 * j));
+    }
+}
+
+// Block r: tail[o, f] = sum_i bf16(W[o, f + S])[i] v(i, r, T - 1) for row r's slot.
+template <int CIN, int COUT, int S>
+static __global__ void convtr_mma_tail_kernel(const struct op_convtr_mma a) {
+    __shared__ float v[CIN];
+    pdl_begin();
+    const struct op_convtr &tr = a.tr;
+    const int r = blockIdx.x, slot = tr.row_slot[r];
+    if (slot < 0) return;
+    for (int i = threadIdx.x; i < CIN; i += blockDim.x) {
+        const float x = tr.x[((size_t)i * tr.R + r) * tr.T + tr.T - 1];
+        v[i] = __bfloat162float(__float2bfloat16_rn(a.elu ? elu_bf16(x) : x));
+    }
+    __syncthreads();
+    float *tail = tr.tail + (size_t)slot * tr.slot_stride;
+    for (int e = threadIdx.x; e < COUT * S; e += blockDim.x) {
+        const int o = e / S, f = e - o * S;
+        const float *wr = tr.w + ((size_t)o * 2 * S + f + S) * CIN;
+        float acc = 0.0f;
+        for (int i = 0; i < CIN; i++) acc += __bfloat162float(__float2bfloat16_rn(wr[i])) * v[i];
+        tail[e] = acc;
+    }
+}
+
+static bool fits(const struct op_convtr_mma *a, struct gpu_exec *ex) {
+    const struct op_convtr &tr = a->tr;
+    if (GPU_CONVTR_MMA_FITS(a->c_in, tr.c_out, tr.K, tr.S, tr.T) && tr.R >= 1 && (uintptr_t)tr.y % 16 == 0 &&
+        (uintptr_t)a->wf % 16 == 0)
+        return true;
+    if (ex->errmsg)
+        snprintf(ex->errmsg, ex->errlen, "convtr_mma: %d -> %d channels, K %d, stride %d, T %d: no kernel", a->c_in,
+                 tr.c_out, tr.K, tr.S, tr.T);
+    return false;
+}
+
+template <int CIN, int COUT, int S, int TILE>
+static int launch(const struct op_convtr_mma *a, struct gpu_exec *ex) {
+    const size_t smem = ct_geom<CIN, COUT, S, TILE>::SMEM;
+    if (cudaFuncSetAttribute(convtr_mma_kernel<CIN, COUT, S, TILE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess)
+        return launch_status(ex, "convtr_mma (shared memory)");
+    pdl_launch(convtr_mma_kernel<CIN, COUT, S, TILE>, dim3(a->tr.R * (a->tr.T / TILE)), dim3(CT_THREADS), smem, ex, *a);
+    return launch_status(ex, "convtr_mma");
+}
+
+extern "C" int mimi_cuda_convtr_mma(const struct op_convtr_mma *a, struct gpu_exec *ex) {
+    if (!fits(a, ex)) return MIMI_EUNSUPPORTED;
+    return a->c_in == 128 ? launch<128, 64, 4, 48>(a, ex) : launch<256, 128, 5, 32>(a, ex);
+}
+
+extern "C" int mimi_cuda_convtr_mma_tail(const struct op_convtr_mma *a, struct gpu_exec *ex) {
+    if (!fits(a, ex)) return MIMI_EUNSUPPORTED;
+    if (a->c_in == 128) pdl_launch(convtr_mma_tail_kernel<128, 64, 4>, dim3(a->tr.R), dim3(256), 0, ex, *a);
+    else pdl_launch(convtr_mma_tail_kernel<256, 128, 5>, dim3(a->tr.R), dim3(256), 0, ex, *a);
+    return launch_status(ex, "convtr_mma tail");
+}
