@@ -10,15 +10,14 @@
  *   columns one tap reads for 8 consecutive outputs are 8 consecutive rows.
  * - y (c_out, TILE) = W . window over kk = k*c_in + i (tap k = p + S*s): the B fragment of 16
  *   channels of tap k for columns n .. n + 7 is rows p*(TILE + 1) + s + n .., one ldmatrix.x4 per
- *   two column groups; A fragments from wf in fragment order (one 16-byte load per lane, kept
- *   RM_AHEAD steps ahead). Warp w takes outputs 16(8j + w) .. + 15 in pass j over every column.
+ *   two column groups; A fragments from wf in fragment order (mma.cuh's mma_rows). Warp w takes
+ *   outputs 16(8j + w) .. + 15 in pass j over every column.
  */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 
 #define CM_THREADS 256
 #define CM_WARPS (CM_THREADS / 32)
-#define CM_AHEAD 6  // A fragments in flight
 
 template <int CIN, int S, int TILE>
 struct cm_geom {
@@ -27,46 +26,6 @@ struct cm_geom {
     static constexpr size_t SMEM = sizeof(__nv_bfloat16) * (size_t)ROWS * XP;
     static_assert((XP / 2) % 32 == 4 && NT % 2 == 0 && CIN % 16 == 0, "the tiling");
 };
-
-// xs = the tile's window in bf16: [history | f(x)] column t0*S + u (f = elu_bf16 when in.elu; the
-// history as stored, zeros on a padding row) at row (u % S)*(TILE + 1) + u / S. Lane l takes
-// column 8b + (l & 7) and channels 2(l >> 3), + 1 of an octet; a chunk's loads go before its stores.
-template <int CIN, int S, int TILE>
-static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, const struct op_im2col &in, int r, int t0) {
-    typedef cm_geom<CIN, S, TILE> G;
-    constexpr int OCT = CIN / 8, ITEMS = (G::ROWS + 7) / 8 * OCT, CHUNK = 8;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const size_t cs = (size_t)in.R * in.T;
-    const float *xr = in.x + (size_t)r * in.T;
-    const int slot = in.row_slot[r];
-    const float *hist = slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL;
-#pragma unroll 1
-    for (int c0 = w; c0 < ITEMS; c0 += CM_WARPS * CHUNK) {
-        float v[CHUNK][2];
-#pragma unroll
-        for (int q = 0; q < CHUNK; q++) {
-            const int it = c0 + q * CM_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
-            const int u = 8 * b + (lane & 7), j = t0 * S + u - S;  // x column
-            if (it >= ITEMS || u >= G::ROWS) {
-                v[q][0] = v[q][1] = 0.0f;
-            } else if (j >= 0) {
-                const float a0 = __ldg(xr + i * cs + j), a1 = __ldg(xr + (i + 1) * cs + j);
-                v[q][0] = in.elu ? elu_bf16(a0) : a0;
-                v[q][1] = in.elu ? elu_bf16(a1) : a1;
-            } else {  // t0 = 0, u < H = S: the history
-                v[q][0] = hist ? hist[i * S + u] : 0.0f;
-                v[q][1] = hist ? hist[(i + 1) * S + u] : 0.0f;
-            }
-        }
-#pragma unroll
-        for (int q = 0; q < CHUNK; q++) {
-            const int it = c0 + q * CM_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
-            const int u = 8 * b + (lane & 7);
-            if (it < ITEMS && u < G::ROWS)
-                *(unsigned *)(xs + ((u % S) * (TILE + 1) + u / S) * G::XP + i) = pack_bf16(v[q][0], v[q][1]);
-        }
-    }
-}
 
 template <int CIN, int S, int TILE>
 static __global__ void __launch_bounds__(CM_THREADS, 2) conv_mma_kernel(const struct op_conv_mma a) {
@@ -78,33 +37,35 @@ static __global__ void __launch_bounds__(CM_THREADS, 2) conv_mma_kernel(const st
     const struct op_im2col &in = a.in;
     const int To = in.T / S, R = in.R, ntiles = To / TILE, r = blockIdx.x / ntiles, t0 = (blockIdx.x % ntiles) * TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    stage_window<CIN, S, TILE>(xs, in, r, t0);
+    {  // the window: [history | f(x)] in bf16 (the history as stored, zeros on a padding row), by phase
+        const size_t cs = (size_t)R * in.T;
+        const float *xr = in.x + (size_t)r * in.T;
+        const int slot = in.row_slot[r];
+        const float *hist = slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL;
+        stage_window<CIN, G::ROWS, XP>(
+            xs,
+            [&](int u, int i) {
+                const int j = t0 * S + u - S;  // x column
+                if (j >= 0) {
+                    const float a0 = __ldg(xr + i * cs + j), a1 = __ldg(xr + (i + 1) * cs + j);
+                    return in.elu ? make_float2(elu_bf16(a0), elu_bf16(a1)) : make_float2(a0, a1);
+                }
+                if (!hist) return make_float2(0.0f, 0.0f);  // t0 = 0, u < H = S: the history
+                return make_float2(hist[i * S + u], hist[(i + 1) * S + u]);
+            },
+            [](int u) { return u % S * (TILE + 1) + u / S; });
+    }
     __syncthreads();
-    // this lane's ldmatrix row: column (l & 7) (+ 8 for lanes 16 ..), channels + 8 for lanes 8 .. 15, 24 ..
-    const __nv_bfloat16 *xb = xs + ((lane & 7) + 8 * (lane >> 4)) * XP + 8 * ((lane >> 3) & 1);
+    // B of step kt (tap k = p + S*s, channels i0 ..) for columns n: rows p*(TILE + 1) + s + n
+    const __nv_bfloat16 *xb = ldmatrix_lane<XP>(xs);
     const int MT = a.c_out / 16;
 #pragma unroll 1
     for (int m = w; m < MT; m += CM_WARPS) {
         float acc[NT][4] = {};
-        const uint4 *af = (const uint4 *)a.wf + m * 32 + lane;
-        uint4 ring[CM_AHEAD];
-#pragma unroll
-        for (int d = 0; d < CM_AHEAD; d++) ring[d] = __ldg(af + (size_t)d * MT * 32);
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++) {
-            const int k = 16 * kt / CIN, i0 = 16 * kt % CIN, p = k % S, s = k / S;
-            const uint4 f = ring[kt % CM_AHEAD];
-            if (kt + CM_AHEAD < KT) ring[kt % CM_AHEAD] = __ldg(af + (size_t)(kt + CM_AHEAD) * MT * 32);
-            const unsigned fa[4] = {f.x, f.y, f.z, f.w};
-            const __nv_bfloat16 *xk = xb + (p * (TILE + 1) + s) * XP + i0;
-#pragma unroll
-            for (int n = 0; n < NT / 2; n++) {
-                unsigned b[4];
-                ldmatrix_x4(b, xk + 16 * n * XP);
-                mma_bf16(acc[2 * n], fa, b[0], b[1]);
-                mma_bf16(acc[2 * n + 1], fa, b[2], b[3]);
-            }
-        }
+        mma_rows<KT, NT, XP>(acc, (const uint4 *)a.wf + m * 32 + lane, (size_t)MT * 32, [&](int kt) {
+            const int k = 16 * kt / CIN;
+            return xb + (k % S * (TILE + 1) + k / S) * XP + 16 * kt % CIN;
+        });
         // acc[n][e]: output 16 m + g + 8 (e >> 1), column 8n + 2q + (e & 1)
         const int o = 16 * m + g;
         const float b_lo = a.w[(size_t)o * a.ld + CIN * G::K], b_hi = a.w[(size_t)(o + 8) * a.ld + CIN * G::K];

@@ -12,7 +12,7 @@
  *   row's first step, whose place the slot's tail takes).
  * - warp w takes rows 16(w + 8j) .. + 15 of W' over every column: B fragments of 16 channels of
  *   v(t - s) for 8 steps are 8 consecutive rows of xs (ldmatrix.x4 per two groups), A fragments
- *   from wf (fragment order, RM_AHEAD steps ahead). Bias and tail are added and the outputs go
+ *   from wf (fragment order: mma.cuh's mma_rows). Bias and tail are added and the outputs go
  *   to `outs` (c_out, TILE*S) in output order, which the block then stores as 16-byte rows.
  * The tail launch computes each row's next tail from its last input step (a block per row).
  */
@@ -21,7 +21,6 @@
 
 #define CT_THREADS 256
 #define CT_WARPS (CT_THREADS / 32)
-#define CT_AHEAD 6  // A fragments in flight
 
 template <int CIN, int COUT, int S, int TILE>
 struct ct_geom {
@@ -33,38 +32,6 @@ struct ct_geom {
     static_assert((XP / 2) % 32 == 4 && NT % 2 == 0 && CIN % 16 == 0 && M % 16 == 0 && XS_BYTES % 16 == 0 &&
                       (TILE * S) % 4 == 0, "the tiling");
 };
-
-// xs = v(i, r, t0 - 1 + u) at row u (zeros before step 0); lane l takes row 8b + (l & 7) and
-// channels 2(l >> 3), + 1 of an octet, a chunk's loads before its stores.
-template <int CIN, int COUT, int S, int TILE>
-static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, const struct op_convtr_mma &a, int r, int t0) {
-    typedef ct_geom<CIN, COUT, S, TILE> G;
-    constexpr int OCT = CIN / 8, ITEMS = (G::ROWS + 7) / 8 * OCT, CHUNK = 8;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, T = a.tr.T;
-    const size_t cs = (size_t)a.tr.R * T;
-    const float *xr = a.tr.x + (size_t)r * T;
-#pragma unroll 1
-    for (int c0 = w; c0 < ITEMS; c0 += CT_WARPS * CHUNK) {
-        float v[CHUNK][2];
-#pragma unroll
-        for (int q = 0; q < CHUNK; q++) {
-            const int it = c0 + q * CT_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
-            const int u = 8 * b + (lane & 7), t = t0 - 1 + u;
-            v[q][0] = v[q][1] = 0.0f;
-            if (it < ITEMS && u < G::ROWS && t >= 0) {
-                const float x0 = __ldg(xr + i * cs + t), x1 = __ldg(xr + (i + 1) * cs + t);
-                v[q][0] = a.elu ? elu_bf16(x0) : x0;
-                v[q][1] = a.elu ? elu_bf16(x1) : x1;
-            }
-        }
-#pragma unroll
-        for (int q = 0; q < CHUNK; q++) {
-            const int it = c0 + q * CT_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
-            const int u = 8 * b + (lane & 7);
-            if (it < ITEMS && u < G::ROWS) *(unsigned *)(xs + u * G::XP + i) = pack_bf16(v[q][0], v[q][1]);
-        }
-    }
-}
 
 template <int CIN, int COUT, int S, int TILE>
 static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const struct op_convtr_mma a) {
@@ -79,32 +46,27 @@ static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const 
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int slot = tr.row_slot[r];
     const float *tail = t0 == 0 && slot >= 0 ? tr.tail + (size_t)slot * tr.slot_stride : NULL;
-    stage_window<CIN, COUT, S, TILE>(xs, a, r, t0);
+    {  // the window: v(t0 - 1 + u) in bf16, zeros before step 0
+        const size_t cs = (size_t)R * T;
+        const float *xr = tr.x + (size_t)r * T;
+        stage_window<CIN, G::ROWS, XP>(
+            xs,
+            [&](int u, int i) {
+                const int t = t0 - 1 + u;
+                if (t < 0) return make_float2(0.0f, 0.0f);
+                const float x0 = __ldg(xr + i * cs + t), x1 = __ldg(xr + (i + 1) * cs + t);
+                return a.elu ? make_float2(elu_bf16(x0), elu_bf16(x1)) : make_float2(x0, x1);
+            },
+            [](int u) { return u; });
+    }
     __syncthreads();
-    // this lane's ldmatrix row: step (l & 7) (+ 8 for lanes 16 ..), channels + 8 for lanes 8 .. 15, 24 ..
-    const __nv_bfloat16 *xb = xs + ((lane & 7) + 8 * (lane >> 4)) * XP + 8 * ((lane >> 3) & 1);
+    // B of step kt (v(t - s), channels i0 ..) for steps n: window rows n + 1 - s
+    const __nv_bfloat16 *xb = ldmatrix_lane<XP>(xs);
 #pragma unroll 1
     for (int m = w; m < MT; m += CT_WARPS) {
         float acc[NT][4] = {};
-        const uint4 *af = (const uint4 *)a.wf + m * 32 + lane;
-        uint4 ring[CT_AHEAD];
-#pragma unroll
-        for (int d = 0; d < CT_AHEAD; d++) ring[d] = __ldg(af + (size_t)d * MT * 32);
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++) {
-            const int s = 16 * kt / CIN, i0 = 16 * kt % CIN;  // v(t - s), channels i0 ..
-            const uint4 f = ring[kt % CT_AHEAD];
-            if (kt + CT_AHEAD < KT) ring[kt % CT_AHEAD] = __ldg(af + (size_t)(kt + CT_AHEAD) * MT * 32);
-            const unsigned fa[4] = {f.x, f.y, f.z, f.w};
-            const __nv_bfloat16 *xk = xb + (1 - s) * XP + i0;
-#pragma unroll
-            for (int n = 0; n < NT / 2; n++) {
-                unsigned b[4];
-                ldmatrix_x4(b, xk + 16 * n * XP);
-                mma_bf16(acc[2 * n], fa, b[0], b[1]);
-                mma_bf16(acc[2 * n + 1], fa, b[2], b[3]);
-            }
-        }
+        mma_rows<KT, NT, XP>(acc, (const uint4 *)a.wf + m * 32 + lane, (size_t)MT * 32,
+                             [&](int kt) { return xb + (1 - 16 * kt / CIN) * XP + 16 * kt % CIN; });
         // acc[n][e]: row 16 m + g + 8 (e >> 1) = o*S + f, step 8n + 2q + (e & 1)
 #pragma unroll
         for (int hi = 0; hi < 2; hi++) {

@@ -1,7 +1,8 @@
 /*
  * mma.cuh - bfloat16 tensor-core pieces shared by the kernels on mma.sync m16n8k16
- * (attention_mma.cu, resblock_mma.cu): shared-memory addresses, 16-byte asynchronous copies,
- * bf16 packing, the product and ldmatrix.
+ * (attention_mma.cu and the SEANet's *_mma.cu): shared-memory addresses, 16-byte asynchronous
+ * copies, bf16 packing, the product and ldmatrix; and for the SEANet kernels, the staging of an
+ * input window in shared memory and a warp's product of weight fragments with it.
  */
 #ifndef MIMI_CUDA_MMA_CUH
 #define MIMI_CUDA_MMA_CUH
@@ -34,6 +35,68 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned (&v)[4], const void 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                  : "r"(smem_addr(row)));
+}
+
+// ---- the SEANet kernels (8 warps a block) ----
+
+// xs row dst(u) (pitch XP bf16 values), channels i, i + 1 = load(u, i) (a float2) for the
+// window's rows u < ROWS and channels i < C: lane l of warp w takes row 8b + (l & 7) and the
+// channel pair 2(l >> 3) of an octet, so that a load instruction reads 32 contiguous bytes of 8
+// rows of each of 8 channels and the stores of 8 consecutive rows fall on distinct banks when
+// XP / 2 = 4 (mod 32); CHUNK items' loads are issued before their stores.
+template <int C, int ROWS, int XP, typename Load, typename Dst>
+static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, Load load, Dst dst) {
+    constexpr int WARPS = 8, CHUNK = 8, OCT = C / 8, ITEMS = (ROWS + 7) / 8 * OCT;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+#pragma unroll 1
+    for (int c0 = w; c0 < ITEMS; c0 += WARPS * CHUNK) {
+        float2 v[CHUNK];
+#pragma unroll
+        for (int q = 0; q < CHUNK; q++) {
+            const int it = c0 + q * WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3), u = 8 * b + (lane & 7);
+            v[q] = it < ITEMS && u < ROWS ? load(u, i) : make_float2(0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int q = 0; q < CHUNK; q++) {
+            const int it = c0 + q * WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3), u = 8 * b + (lane & 7);
+            if (it < ITEMS && u < ROWS) *(unsigned *)(xs + dst(u) * XP + i) = pack_bf16(v[q].x, v[q].y);
+        }
+    }
+}
+
+// This lane's ldmatrix row in a block of bf16 rows (pitch P) whose row n is column n of a B
+// operand: row (l & 7) (+ 8 for lanes 16 ..), values + 8 for lanes 8 .. 15 and 24 ..; so that
+// ldmatrix_x4 at it + row0 * P + k0 gives the B fragments (k0 .. k0 + 15) of columns row0 .. + 7
+// and row0 + 8 .. + 15.
+template <int P>
+static __device__ __forceinline__ const __nv_bfloat16 *ldmatrix_lane(const __nv_bfloat16 *rows) {
+    const int lane = threadIdx.x & 31;
+    return rows + ((lane & 7) + 8 * (lane >> 4)) * P + 8 * ((lane >> 3) & 1);
+}
+
+// acc[n] (16 x 8 tile of columns 8n ..) += A (16 rows, KT*16) . B over KT steps: step kt's A
+// fragment is af[kt * astep] (fragment order: one 16-byte load per lane, AHEAD steps in flight),
+// its B fragments ldmatrix_x4 at b(kt) + 16 j * P for column groups 2j, 2j + 1.
+template <int KT, int NT, int P, typename BRow>
+static __device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const uint4 *af, size_t astep, BRow b) {
+    constexpr int AHEAD = KT < 6 ? KT : 6;
+    uint4 ring[AHEAD];
+#pragma unroll
+    for (int d = 0; d < AHEAD; d++) ring[d] = __ldg(af + d * astep);
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++) {
+        const uint4 f = ring[kt % AHEAD];
+        if (kt + AHEAD < KT) ring[kt % AHEAD] = __ldg(af + (kt + AHEAD) * astep);
+        const unsigned fa[4] = {f.x, f.y, f.z, f.w};
+        const __nv_bfloat16 *bk = b(kt);
+#pragma unroll
+        for (int j = 0; j < NT / 2; j++) {
+            unsigned v[4];
+            ldmatrix_x4(v, bk + 16 * j * P);
+            mma_bf16(acc[2 * j], fa, v[0], v[1]);
+            mma_bf16(acc[2 * j + 1], fa, v[2], v[3]);
+        }
+    }
 }
 
 #endif

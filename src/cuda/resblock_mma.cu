@@ -27,8 +27,6 @@
 #define RM_WARPS (RM_THREADS / 32)
 #define RM_NT (RM_TILE / 8)                       // column groups of 8
 #define RM_ROWS (RM_TILE + GPU_RESBLOCK_K - 1)    // window rows
-#define RM_ROW_BLOCKS ((RM_ROWS + 7) / 8)
-#define RM_AHEAD 6                                // W1 fragments in flight
 
 template <int C>
 struct rm_geom {
@@ -38,44 +36,6 @@ struct rm_geom {
     static constexpr size_t SMEM = sizeof(__nv_bfloat16) * ((size_t)RM_ROWS * XP + (size_t)RM_TILE * HP);
     static_assert((XP / 2) % 32 == 4 && (HP / 2) % 32 == 4, "ldmatrix rows and window stores on distinct banks");
 };
-
-// xs = the tile's window: [history | elu(x)] columns t0 .. t0 + RM_ROWS - 1 of row r in bf16
-// (elu_bf16; the history as stored, zeros on a padding row). The loads of a chunk are issued
-// before its stores.
-template <int C>
-static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, const struct op_im2col &in, int r, int t0) {
-    constexpr int XP = rm_geom<C>::XP, OCT = C / 8, ITEMS = RM_ROW_BLOCKS * OCT, CHUNK = 13;
-    static_assert(ITEMS % (RM_WARPS * CHUNK) == 0, "whole chunks");
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const size_t cs = (size_t)in.R * in.T;
-    const float *xr = in.x + (size_t)r * in.T;
-    const int slot = in.row_slot[r];
-    const float *hist = slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL;
-#pragma unroll 1
-    for (int c0 = w; c0 < ITEMS; c0 += RM_WARPS * CHUNK) {
-        float v[CHUNK][2];
-#pragma unroll
-        for (int q = 0; q < CHUNK; q++) {
-            const int it = c0 + q * RM_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
-            const int u = 8 * b + (lane & 7), j = t0 + u - (GPU_RESBLOCK_K - 1);  // x column
-            if (u >= RM_ROWS) {
-                v[q][0] = v[q][1] = 0.0f;
-            } else if (j >= 0) {
-                v[q][0] = elu_bf16(__ldg(xr + i * cs + j));
-                v[q][1] = elu_bf16(__ldg(xr + (i + 1) * cs + j));
-            } else {  // t0 = 0, u < H: the history (H = K - 1 columns a channel)
-                v[q][0] = hist ? hist[i * (GPU_RESBLOCK_K - 1) + u] : 0.0f;
-                v[q][1] = hist ? hist[(i + 1) * (GPU_RESBLOCK_K - 1) + u] : 0.0f;
-            }
-        }
-#pragma unroll
-        for (int q = 0; q < CHUNK; q++) {
-            const int it = c0 + q * RM_WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3);
-            const int u = 8 * b + (lane & 7);
-            if (u < RM_ROWS) *(unsigned *)(xs + u * XP + i) = pack_bf16(v[q][0], v[q][1]);
-        }
-    }
-}
 
 template <int C>
 static __global__ void __launch_bounds__(RM_THREADS, C == 128 ? 3 : 2) resblock_mma_kernel(const struct op_resblock_mma a) {
@@ -87,7 +47,21 @@ static __global__ void __launch_bounds__(RM_THREADS, C == 128 ? 3 : 2) resblock_
     const struct op_im2col &in = a.in;
     const int T = in.T, R = in.R, ntiles = T / RM_TILE, r = blockIdx.x / ntiles, t0 = (blockIdx.x % ntiles) * RM_TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    stage_window<C>(xs, in, r, t0);
+    {  // the window: [history | elu(x)] in bf16 (the history as stored, zeros on a padding row)
+        const size_t cs = (size_t)R * T;
+        const float *xr = in.x + (size_t)r * T;
+        const int slot = in.row_slot[r];
+        const float *hist = slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL;
+        stage_window<C, RM_ROWS, XP>(
+            xs,
+            [&](int u, int i) {
+                const int j = t0 + u - (GPU_RESBLOCK_K - 1);  // x column
+                if (j >= 0) return make_float2(elu_bf16(__ldg(xr + i * cs + j)), elu_bf16(__ldg(xr + (i + 1) * cs + j)));
+                if (!hist) return make_float2(0.0f, 0.0f);  // t0 = 0, u < H = K - 1: the history
+                return make_float2(hist[i * (GPU_RESBLOCK_K - 1) + u], hist[(i + 1) * (GPU_RESBLOCK_K - 1) + u]);
+            },
+            [](int u) { return u; });
+    }
     __syncthreads();
 
     // h: warp w takes hidden 16 mt .. + 15 over NT1 column groups from nb
@@ -96,27 +70,10 @@ static __global__ void __launch_bounds__(RM_THREADS, C == 128 ? 3 : 2) resblock_
         static_assert(RM_WARPS % MT1 == 0 && RM_NT % WN1 == 0 && NT1 % 2 == 0, "the warps tile h");
         const int mt = w % MT1, nb = (w / MT1) * NT1 * 8;
         float acc[NT1][4] = {};
-        const uint4 *af = (const uint4 *)a.w1f + mt * 32 + lane;
-        // this lane's ldmatrix row: column nb + (l & 7) (+ 8 for lanes 16 ..), channels + 8 for lanes 8 .. 15, 24 ..
-        const __nv_bfloat16 *xb = xs + (nb + (lane & 7) + 8 * (lane >> 4)) * XP + 8 * ((lane >> 3) & 1);
-        // the A fragments RM_AHEAD steps ahead: each is an L2 round trip
-        uint4 ring[RM_AHEAD];
-#pragma unroll
-        for (int d = 0; d < RM_AHEAD; d++) ring[d] = __ldg(af + (size_t)d * MT1 * 32);
-#pragma unroll
-        for (int kt = 0; kt < KK / 16; kt++) {
-            const int k = 16 * kt / C, i0 = 16 * kt % C;
-            const uint4 f = ring[kt % RM_AHEAD];
-            if (kt + RM_AHEAD < KK / 16) ring[kt % RM_AHEAD] = __ldg(af + (size_t)(kt + RM_AHEAD) * MT1 * 32);
-            const unsigned fa[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-            for (int p = 0; p < NT1 / 2; p++) {
-                unsigned b[4];
-                ldmatrix_x4(b, xb + (16 * p + k) * XP + i0);
-                mma_bf16(acc[2 * p], fa, b[0], b[1]);
-                mma_bf16(acc[2 * p + 1], fa, b[2], b[3]);
-            }
-        }
+        // B of step kt (tap k, channels i0 ..) for columns n: window rows n + k
+        const __nv_bfloat16 *xb = ldmatrix_lane<XP>(xs + nb * XP);
+        mma_rows<KK / 16, NT1, XP>(acc, (const uint4 *)a.w1f + mt * 32 + lane, (size_t)MT1 * 32,
+                                   [&](int kt) { return xb + (16 * kt / C) * XP + 16 * kt % C; });
         // acc[n][e]: hidden 16 mt + g + 8 (e >> 1), column nb + 8n + 2q + (e & 1)
         const int j = 16 * mt + g;
         const float b_lo = a.w1[(size_t)j * a.ld1 + KK], b_hi = a.w1[(size_t)(j + 8) * a.ld1 + KK];
@@ -131,25 +88,12 @@ static __global__ void __launch_bounds__(RM_THREADS, C == 128 ? 3 : 2) resblock_
 
     // y: in passes of 128 outputs, warp w takes outputs 16 m .. + 15 over every column
     const size_t cs = (size_t)R * T;
-    const __nv_bfloat16 *hb = hs + ((lane & 7) + 8 * (lane >> 4)) * HP + 8 * ((lane >> 3) & 1);
+    const __nv_bfloat16 *hb = ldmatrix_lane<HP>(hs);
 #pragma unroll 1
     for (int m = w; m < C / 16; m += RM_WARPS) {
         float acc[RM_NT][4] = {};
-        const uint4 *af = (const uint4 *)a.w2f + m * 32 + lane;
-        uint4 fr[HID / 16];
-#pragma unroll
-        for (int kt = 0; kt < HID / 16; kt++) fr[kt] = __ldg(af + (size_t)kt * (C / 16) * 32);
-#pragma unroll
-        for (int kt = 0; kt < HID / 16; kt++) {
-            const unsigned fa[4] = {fr[kt].x, fr[kt].y, fr[kt].z, fr[kt].w};
-#pragma unroll
-            for (int p = 0; p < RM_NT / 2; p++) {
-                unsigned b[4];
-                ldmatrix_x4(b, hb + 16 * p * HP + 16 * kt);
-                mma_bf16(acc[2 * p], fa, b[0], b[1]);
-                mma_bf16(acc[2 * p + 1], fa, b[2], b[3]);
-            }
-        }
+        mma_rows<HID / 16, RM_NT, HP>(acc, (const uint4 *)a.w2f + m * 32 + lane, (size_t)(C / 16) * 32,
+                                      [&](int kt) { return hb + 16 * kt; });
         // acc[n][e]: output 16 m + g + 8 (e >> 1), column 8n + 2q + (e & 1); x's loads of half the
         // columns in flight together, then the stores
         const int o = 16 * m + g;
