@@ -661,10 +661,14 @@ struct emu_batch {
 };
 
 // A batch of `capacity` slots whose step advances each listed slot by `frames` frames.
+// The *_mma kernels' threshold for the plans emu_create builds (-1: the layout's own).
+static long emu_mma_min_cols = -1;
+
 static void emu_create(struct emu_batch *e, const struct mimi_model *m, const struct gpu_weights *w,
                        int direction, int capacity, int attention, int frames) {
     memset(e, 0, sizeof *e);
     CHECK_EQ(gpu_layout_init(&e->L, m, direction, capacity, N_Q, attention, frames), MIMI_OK);
+    if (emu_mma_min_cols >= 0) e->L.mma_min_cols = emu_mma_min_cols;
     e->state = calloc(e->L.slot_elems * capacity, sizeof(float));
     e->scratch = calloc(e->L.scratch_elems, sizeof(float));
     for (int R = 1; R <= capacity; R++)
@@ -889,8 +893,14 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     static struct gpu_weights w;
     CHECK_EQ(gpu_weights_bind(&w, m, map_host, NULL), MIMI_OK);
     struct emu_batch enc, dec;
+    // at their own threshold WIDE slots take none of the *_mma kernels; at none, every layer they fit
+    emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA) + count_ops(&enc.plans[WIDE], GOP_CONV_MMA), 0);
+    emu_destroy(&enc);
+    emu_mma_min_cols = 0;
     emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
     emu_create(&dec, m, &w, MIMI_DIRECTION_DECODE, WIDE, MIMI_ATTENTION_RING, 1);
+    emu_mma_min_cols = -1;
     CHECK(enc.L.conv_bf16 && dec.L.conv_bf16 && enc.L.kv_bf16);
     int im2col16 = 0, im2col32 = 0, gemm16 = 0, aligned = 0, convert = 0, convert_elu = 0, elu_passes = 0;
     int ones16 = 0, ones32 = 0, ones_mismatch = 0;  // a resblock's 1x1 input: bf16 exactly when its k3's was

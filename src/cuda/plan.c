@@ -351,6 +351,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     size_t act = 0, res0 = 0, res1 = 0, taps = 0;
     struct col_need col = {0, 0, 0};
     L->conv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
+    L->mma_min_cols = GPU_MMA_MIN_COLS;
     const size_t conv_state = take(&u, 0);  // a slot's conv histories and tails start here
     int T = encode ? L->frame : L->steps;
     for (int i = 0; i < sn->n_layers; i++) {
@@ -614,7 +615,7 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
 static int plan_conv_mma(struct builder *B, const struct mimi_conv *c, const struct gpu_conv_w *w, const float *x,
                          float *y, int T, int elu, float *hist) {
     const int To = T / c->stride, N = B->R * To, ck = c->c_in * c->kernel;
-    if (!w->wf || T % c->stride || direct_conv(N, (double)N * c->c_out * (ck + 1)) ||
+    if (!w->wf || T % c->stride || N < B->L->mma_min_cols || direct_conv(N, (double)N * c->c_out * (ck + 1)) ||
         !GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, To))
         return 0;
     struct op_conv_mma *a = &emit(B, GOP_CONV_MMA, "conv_mma")->u.conv_mma;
@@ -632,7 +633,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
     const int direct =
         dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in);
-    if (Wf && !direct && GPU_CONVTR_MMA_FITS(c->c_in, c->c_out, K, S, T)) {
+    if (Wf && !direct && GPU_CONVTR_MMA_FITS(c->c_in, c->c_out, K, S, T) && N >= B->L->mma_min_cols) {
         // FAST_BF16's large steps: one kernel on bf16 tensor cores (the ELU in it), then the tails
         struct op_convtr_mma a = {{NULL, x, W, bias, y, tail, B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R},
                                   Wf, c->c_in, elu};
@@ -699,7 +700,7 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1);
         return x;
     }
-    if (w->wf && !last_w && GPU_RESBLOCK_MMA_FITS(c, hid, T)) {
+    if (w->wf && !last_w && GPU_RESBLOCK_MMA_FITS(c, hid, T) && N >= B->L->mma_min_cols) {
         // FAST_BF16 below the top level: the block on bf16 tensor cores, out of place
         struct op_resblock_mma *rb = &emit(B, GOP_RESBLOCK_MMA, "resblock_mma")->u.resblock_mma;
         *rb = (struct op_resblock_mma){conv_input(B, &l->conv, x, T, 1, hist, 0), w->wf, w->w2f, w->w, w->w2,

@@ -81,6 +81,9 @@ struct gpu_layout {
     int ring, steps, frame, d, frame_dim, in_per_row, out_per_row;
     int kv_bf16;  // attention rings in bfloat16 (MIMI_PRECISION_FAST_BF16_KV and _FAST_BF16)
     int conv_bf16;  // large conv products on bfloat16 operands, sc_col in 2-byte values (_FAST_BF16)
+    // FAST_BF16's *_mma SEANet kernels take a layer of at least this many columns (R*T of its
+    // input): GPU_MMA_MIN_COLS, which tests lower to plan them at small capacities
+    long mma_min_cols;
     size_t slot_elems;
     size_t st_next_pos, st_started, st_positions, st_resample;
     size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];
@@ -93,6 +96,10 @@ struct gpu_layout {
     size_t sc_tails, tails_elems;  // staged conv histories and tails (steps of <= GPU_TAIL_ROWS rows)
     size_t sc_edges, edges_per_row;  // the edges of a resblock with the last conv (op_resblock.last)
 };
+
+// At 2048 streams and in whole-signal lanes (about 1e6 columns a layer) the *_mma kernels beat
+// im2col and cuBLAS; at 64 and 256 streams (3e4 and 1.2e5) a step was slower with them.
+#define GPU_MMA_MIN_COLS (1L << 17)
 
 // Sizes state and scratch for a batch whose step advances each row by `frames` frames (steps,
 // frame, in_per_row and out_per_row are per row and step). Returns MIMI_OK or MIMI_EUNSUPPORTED.
