@@ -14,7 +14,7 @@
  *   v(t - s) for 8 steps are 8 consecutive rows of xs (ldmatrix.x4 per two groups), A fragments
  *   from wf (fragment order: mma.cuh's mma_rows). Bias and tail are added and the outputs go
  *   to `outs` (c_out, TILE*S) in output order, which the block then stores as 16-byte rows.
- * The tail launch computes each row's next tail from its last input step (a block per 8 rows).
+ * The tail launch computes each row's next tail from its last input step (a block per row).
  */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
@@ -93,37 +93,26 @@ static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const 
     }
 }
 
-// Block b takes rows CT_TAIL_ROWS b ..: tail[o, f] = sum_i bf16(W[o, f + S])[i] v(i, r, T - 1) for
-// each row's slot; warp w takes outputs w, w + 8, .., its lanes every 32nd channel of the weight
-// row (coalesced, held in registers across the rows), the sums reduced over the warp.
-#define CT_TAIL_ROWS 8
+// Block r: tail[o, f] = sum_i bf16(W[o, f + S])[i] v(i, r, T - 1) for row r's slot.
 template <int CIN, int COUT, int S>
 static __global__ void convtr_mma_tail_kernel(const struct op_convtr_mma a) {
-    __shared__ float v[CT_TAIL_ROWS][CIN];
+    __shared__ float v[CIN];
     pdl_begin();
     const struct op_convtr &tr = a.tr;
-    const int r0 = blockIdx.x * CT_TAIL_ROWS, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    for (int e = threadIdx.x; e < CT_TAIL_ROWS * CIN; e += blockDim.x) {
-        const int j = e / CIN, i = e - j * CIN, r = r0 + j;
-        const float x = r < tr.R ? tr.x[((size_t)i * tr.R + r) * tr.T + tr.T - 1] : 0.0f;
-        v[j][i] = __bfloat162float(__float2bfloat16_rn(a.elu ? elu_bf16(x) : x));
+    const int r = blockIdx.x, slot = tr.row_slot[r];
+    if (slot < 0) return;
+    for (int i = threadIdx.x; i < CIN; i += blockDim.x) {
+        const float x = tr.x[((size_t)i * tr.R + r) * tr.T + tr.T - 1];
+        v[i] = __bfloat162float(__float2bfloat16_rn(a.elu ? elu_bf16(x) : x));
     }
     __syncthreads();
-    for (int e = w; e < COUT * S; e += blockDim.x / 32) {
+    float *tail = tr.tail + (size_t)slot * tr.slot_stride;
+    for (int e = threadIdx.x; e < COUT * S; e += blockDim.x) {
         const int o = e / S, f = e - o * S;
         const float *wr = tr.w + ((size_t)o * 2 * S + f + S) * CIN;
-        float wv[CIN / 32];
-#pragma unroll
-        for (int c = 0; c < CIN / 32; c++) wv[c] = __bfloat162float(__float2bfloat16_rn(__ldg(wr + lane + 32 * c)));
-        for (int j = 0; j < CT_TAIL_ROWS && r0 + j < tr.R; j++) {
-            const int slot = tr.row_slot[r0 + j];
-            if (slot < 0) continue;
-            float acc = 0.0f;
-#pragma unroll
-            for (int c = 0; c < CIN / 32; c++) acc += wv[c] * v[j][lane + 32 * c];
-            acc = warp_sum_f(acc);
-            if (lane == 0) tr.tail[(size_t)slot * tr.slot_stride + e] = acc;
-        }
+        float acc = 0.0f;
+        for (int i = 0; i < CIN; i++) acc += __bfloat162float(__float2bfloat16_rn(wr[i])) * v[i];
+        tail[e] = acc;
     }
 }
 
@@ -155,8 +144,7 @@ extern "C" int mimi_cuda_convtr_mma(const struct op_convtr_mma *a, struct gpu_ex
 
 extern "C" int mimi_cuda_convtr_mma_tail(const struct op_convtr_mma *a, struct gpu_exec *ex) {
     if (!fits(a, ex)) return MIMI_EUNSUPPORTED;
-    const dim3 grid((a->tr.R + CT_TAIL_ROWS - 1) / CT_TAIL_ROWS);
-    if (a->c_in == 128) pdl_launch(convtr_mma_tail_kernel<128, 64, 4>, grid, dim3(256), 0, ex, *a);
-    else pdl_launch(convtr_mma_tail_kernel<256, 128, 5>, grid, dim3(256), 0, ex, *a);
+    if (a->c_in == 128) pdl_launch(convtr_mma_tail_kernel<128, 64, 4>, dim3(a->tr.R), dim3(256), 0, ex, *a);
+    else pdl_launch(convtr_mma_tail_kernel<256, 128, 5>, dim3(a->tr.R), dim3(256), 0, ex, *a);
     return launch_status(ex, "convtr_mma tail");
 }
