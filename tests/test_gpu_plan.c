@@ -173,28 +173,6 @@ static void emu_resblock_mma(const struct op_resblock_mma *a) {
     free(w1), free(w2), free(v), free(h);
 }
 
-// op_conv_mma: the window and W rounded to bfloat16, the sums and the bias in f32.
-static void emu_conv_mma(const struct op_conv_mma *a) {
-    const struct op_im2col *in = &a->in;
-    const int ck = in->c_in * in->K, To = in->T / in->S;
-    float *w = malloc(sizeof(float) * a->c_out * ck), *v = malloc(sizeof(float) * ck);
-    CHECK(w && v);
-    if (!w || !v) return;
-    for (int o = 0; o < a->c_out; o++)
-        for (int p = 0; p < ck; p++) w[o * ck + p] = bf16_round(a->w[(size_t)o * a->ld + p]);
-    for (int r = 0; r < in->R; r++)
-        for (int t = 0; t < To; t++) {
-            for (int i = 0; i < in->c_in; i++)
-                for (int k = 0; k < in->K; k++) v[i * in->K + k] = bf16_round(xin(in, i, r, t * in->S + k));
-            for (int o = 0; o < a->c_out; o++) {
-                float s = 0.0f;
-                for (int p = 0; p < ck; p++) s += w[o * ck + p] * v[p];
-                a->y[((size_t)o * in->R + r) * To + t] = s + a->w[(size_t)o * a->ld + ck];
-            }
-        }
-    free(w), free(v);
-}
-
 // op_convtr_mma: f(x) and W rounded to bfloat16, the sums and the bias in f32, v(-1) = 0 with
 // the tail added at step 0.
 static float *convtr_mma_inputs(const struct op_convtr_mma *a) {
@@ -636,7 +614,6 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_GATHER: emu_gather(&op->u.gather); break;
         case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
         case GOP_RESBLOCK_MMA: emu_resblock_mma(&op->u.resblock_mma); break;
-        case GOP_CONV_MMA: emu_conv_mma(&op->u.conv_mma); break;
         case GOP_CONVTR_MMA: emu_convtr_mma(&op->u.convtr_mma); break;
         case GOP_CONVTR_MMA_TAIL: emu_convtr_mma_tail(&op->u.convtr_mma); break;
         case GOP_TRANSFORMER: emu_transformer(&op->u.transformer); break;
@@ -895,7 +872,7 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     struct emu_batch enc, dec;
     // at their own threshold WIDE slots take none of the *_mma kernels; at none, every layer they fit
     emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
-    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA) + count_ops(&enc.plans[WIDE], GOP_CONV_MMA), 0);
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA), 0);
     emu_destroy(&enc);
     emu_mma_min_cols = 0;
     emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
@@ -943,14 +920,10 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA), 2);
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK_MMA), 2);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK_MMA), 0);  // one stream: direct kernels
-    // and the encoder's first two downsampling convs without an im2col
-    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_CONV_MMA), 2);
-    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONV_MMA), 0);
-    // and the decoder's last two upsamplings without per-tap products
-    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA), 2);
-    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA_TAIL), 2);
+    // and the decoder's last upsampling without per-tap products
+    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA), 1);
+    CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA_TAIL), 1);
     CHECK_EQ(count_ops(&dec.plans[1], GOP_CONVTR_MMA), 0);
-    CHECK_EQ(count_ops(&enc.plans[1], GOP_CONV_MMA), 0);
     CHECK_EQ(ones_mismatch, 0);
     // the decoder's four upsamplings: ELU in the conversion to bf16, in op_convtr_mma, or (the
     // narrowest, 16 columns, in f32) a pass of its own

@@ -1,9 +1,12 @@
 /*
  * convtr_mma.cu - a dense ConvTranspose1d with K = 2S on bfloat16 tensor cores (op_convtr_mma;
- * reference src/nn/conv.c), for MIMI_PRECISION_FAST_BF16's large steps: the decoder's last two
- * upsamplings, where an ELU pass into bf16, the per-tap product (2S times the output channels
- * over every input step, in f32) and the overlap-add wrote and read again about 3.5 times the
- * output (at 2048 rows on an H200: 1.67 ms for the 128 -> 64 layer, 0.86 for 256 -> 128).
+ * reference src/nn/conv.c), for MIMI_PRECISION_FAST_BF16's large steps: the decoder's last
+ * upsampling (128 -> 64 channels, S 4), where an ELU pass into bf16, the per-tap product (2S
+ * times the output channels over every input step, in f32) and the overlap-add wrote and read
+ * again about 3.5 times the output. At 2048 rows on an H200 they took 1.67 ms; this kernel 1.08
+ * and its tail launch 0.28. On the 256 -> 128, S 5 layer the kernel took 0.72 ms against 0.82,
+ * but the tail launch (a block per row, a thread per output reading its weight row: uncoalesced)
+ * 1.37: that layer keeps the products. A tail launch with coalesced weight rows is the next step.
  *
  * As a product: output phase f of input step t is row o*S + f of W' (c_out*S, 2*c_in) times
  * [v(t); v(t - 1)], W'[o*S + f] = [W[o, f] | W[o, f + S]]. A block takes TILE input steps of one
@@ -139,12 +142,11 @@ static int launch(const struct op_convtr_mma *a, struct gpu_exec *ex) {
 
 extern "C" int mimi_cuda_convtr_mma(const struct op_convtr_mma *a, struct gpu_exec *ex) {
     if (!fits(a, ex)) return MIMI_EUNSUPPORTED;
-    return a->c_in == 128 ? launch<128, 64, 4, 48>(a, ex) : launch<256, 128, 5, 32>(a, ex);
+    return launch<128, 64, 4, 48>(a, ex);
 }
 
 extern "C" int mimi_cuda_convtr_mma_tail(const struct op_convtr_mma *a, struct gpu_exec *ex) {
     if (!fits(a, ex)) return MIMI_EUNSUPPORTED;
-    if (a->c_in == 128) pdl_launch(convtr_mma_tail_kernel<128, 64, 4>, dim3(a->tr.R), dim3(256), 0, ex, *a);
-    else pdl_launch(convtr_mma_tail_kernel<256, 128, 5>, dim3(a->tr.R), dim3(256), 0, ex, *a);
+    pdl_launch(convtr_mma_tail_kernel<128, 64, 4>, dim3(a->tr.R), dim3(256), 0, ex, *a);
     return launch_status(ex, "convtr_mma tail");
 }

@@ -109,26 +109,6 @@ struct op_conv {
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 
-// ---- conv_mma.cu ----
-
-// A strided conv with K = 2S on bfloat16 tensor cores (MIMI_PRECISION_FAST_BF16), for the
-// encoder's first two downsampling convs (64 -> 128 channels, S 4, 480 outputs a frame; 128 ->
-// 256, S 5, 96): y[o, r, t] = b[o] + sum_{i,k} W[o, i*K + k] v(i, r, t*S + k), v = bf16 of
-// `in`'s [history | f(x)], W in bf16, the sums and the bias f32. w (c_out, ld) is the packed f32
-// conv with its bias column c_in*K; wf the weight in bf16 in mma fragment order with its
-// reduction tap-major (k*c_in + i). The history is not carried (a GOP_CARRY follows).
-#define GPU_CONV_MMA_FITS(c_in, c_out, K, S, T_out)                                                    \
-    ((K) == 2 * (S) && (c_out) % 128 == 0 &&                                                          \
-     (((c_in) == 64 && (S) == 4 && (T_out) % 96 == 0) || ((c_in) == 128 && (S) == 5 && (T_out) % 48 == 0)))
-struct op_conv_mma {
-    struct op_im2col in;  // not replicate
-    const void *wf;
-    const float *w;
-    int ld, c_out;
-    float *y;  // (c_out, R, T/S)
-};
-int mimi_cuda_conv_mma(const struct op_conv_mma *a, struct gpu_exec *ex);
-
 // The staged histories and transposed-conv tails of a small step, stored at its end in one
 // launch instead of a carry after each conv (each such launch cost one stream's chain of
 // dependent kernels a round trip): for each entry e and non-padding row r, the slot's state
@@ -331,18 +311,18 @@ int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);
 // ---- convtr_mma.cu ----
 
 // A dense ConvTranspose1d with K = 2S on bfloat16 tensor cores without per-tap products in
-// memory (MIMI_PRECISION_FAST_BF16's large steps; the decoder's last two upsamplings: 256 ->
-// 128 channels, S 5, 96 input steps a frame; 128 -> 64, S 4, 480): with W[o, k] the packed
-// weight's row o*K + k (c_in values) and v = bf16 of f(x) (f = elu_bf16 when `elu`),
+// memory (MIMI_PRECISION_FAST_BF16's large steps; the decoder's last upsampling: 128 -> 64
+// channels, S 4, 480 input steps a frame): with W[o, k] the packed weight's row o*K + k (c_in
+// values) and v = bf16 of f(x) (f = elu_bf16 when `elu`),
 // y[o, r, t*S + f] = b[o] + sum_i (bf16(W[o, f])[i] v(i, r, t) + bf16(W[o, f + S])[i] v(i, r, t - 1))
 // (+ tail[o, f] at t = 0, where v(t - 1) is taken as 0), the sums and bias in f32; then the
 // tail launch stores tail[o, f] = sum_i bf16(W[o, f + S])[i] v(i, r, T - 1) for every
 // non-padding row. tr.w is the packed f32 weight, tr.taps unused; wf the weight in bf16 in mma
 // fragment order as a (c_out*S, 2*c_in) matrix, row o*S + f, column s*c_in + i holding
-// W[o, f + s*S][i].
+// W[o, f + s*S][i]. (The kernel also ran the 256 -> 128, S 5 layer correctly, but with its tail
+// launch slower than the products and overlap-add it replaces: see docs/GPU.md.)
 #define GPU_CONVTR_MMA_FITS(c_in, c_out, K, S, T) \
-    ((K) == 2 * (S) && (((c_in) == 128 && (c_out) == 64 && (S) == 4 && (T) % 48 == 0) || \
-                        ((c_in) == 256 && (c_out) == 128 && (S) == 5 && (T) % 32 == 0)))
+    ((K) == 2 * (S) && (c_in) == 128 && (c_out) == 64 && (S) == 4 && (T) % 48 == 0)
 struct op_convtr_mma {
     struct op_convtr tr;
     const void *wf;

@@ -187,11 +187,6 @@ static const float *map_convtr_fragments(struct gpu_weights *w, const struct mim
     return map_owned_bf16(h, n, map, ctx);
 }
 
-// Whether a conv fits op_conv_mma (at some step count: the plan checks T).
-static int conv_mma_fits(const struct mimi_conv *c) {
-    return GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, 96) && c->groups == 1 && !c->replicate_first;
-}
-
 static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const struct seanet *s, gpu_map_fn map,
                        void *ctx, int bf16) {
     for (int i = 0; i < s->n_layers; i++) {
@@ -217,8 +212,6 @@ static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const stru
         out[i].w = map_with_bias(w, c, map, ctx);
         if (out[i].w && bf16) out[i].w_bf16 = map_with_bias_bf16(w, c, map, ctx);
         if (!out[i].w || (bf16 && !out[i].w_bf16)) return MIMI_ENOMEM;
-        if (bf16 && l->kind == SEANET_CONV && conv_mma_fits(c) && !(out[i].wf = map_fragments(w, c, map, ctx)))
-            return MIMI_ENOMEM;
         if (l->kind != SEANET_RESBLOCK) continue;
         out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
         if (out[i].w2 && bf16) out[i].w2_bf16 = map_with_bias_bf16(w, &l->conv2, map, ctx);
@@ -609,21 +602,6 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f)->ab_bf16 = bf16;
 }
 
-// A SEANet conv on op_conv_mma where it fits (FAST_BF16's large steps: w->wf bound, too many
-// columns for the direct kernel): y (c_out, R, T/S) = conv(f(x)) over [hist | f(x)], then the
-// carry. Returns 0 (nothing planned) where it does not fit.
-static int plan_conv_mma(struct builder *B, const struct mimi_conv *c, const struct gpu_conv_w *w, const float *x,
-                         float *y, int T, int elu, float *hist) {
-    const int To = T / c->stride, N = B->R * To, ck = c->c_in * c->kernel;
-    if (!w->wf || T % c->stride || N < B->L->mma_min_cols || direct_conv(N, (double)N * c->c_out * (ck + 1)) ||
-        !GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, To))
-        return 0;
-    struct op_conv_mma *a = &emit(B, GOP_CONV_MMA, "conv_mma")->u.conv_mma;
-    *a = (struct op_conv_mma){conv_input(B, c, x, T, elu, hist, 0), w->wf, w->w, gpu_conv_ld(ck + 1), c->c_out, y};
-    if (a->in.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a->in;
-    return 1;
-}
-
 // y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
 // a dense one's product in bfloat16 (bf16_product) with W16, W in bf16, and f(x) converted to
 // bf16 first (one pass), else f applied to x in place; or, with Wf (W in op_convtr_mma's
@@ -759,8 +737,7 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV:
-            if (!plan_conv_mma(B, c, &w[i], src, act[cur], T, pending_elu, mem))
-                plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0);
+            plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0);
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;

@@ -26,8 +26,8 @@ int gpu_conv_ld(int k);
 // resblock's two convs transposed for op_resblock, (c_in*K + 1, c_out) with the bias as last row.
 // With MIMI_PRECISION_FAST_BF16, `w_bf16` and `w2_bf16` are `w` and `w2` (dense ones) in
 // bfloat16, rounded to nearest even, with the same layout and row stride in 2-byte values;
-// `wf` and `w2f` the conv (a resblock's first; a dense transposed conv's as op_convtr_mma takes
-// it) and a resblock's second in bf16 in mma fragment order, for the FAST_BF16 *_mma ops.
+// `wf` and `w2f` a resblock's two convs (or a dense transposed conv's weight as op_convtr_mma
+// takes it) in bf16 in mma fragment order, for the FAST_BF16 *_mma ops.
 struct gpu_conv_w {
     const float *w, *b, *w2, *w1t, *w2t;
     const float *w_bf16, *w2_bf16;
@@ -97,9 +97,10 @@ struct gpu_layout {
     size_t sc_edges, edges_per_row;  // the edges of a resblock with the last conv (op_resblock.last)
 };
 
-// At 2048 streams and in whole-signal lanes (about 1e6 columns a layer) the *_mma kernels beat
-// im2col and cuBLAS; at 64 and 256 streams (3e4 and 1.2e5) a step was slower with them.
-#define GPU_MMA_MIN_COLS (1L << 17)
+// The smallest layer at which the *_mma kernels were measured faster than im2col and cuBLAS:
+// the 256-channel resblock of 2048 streams (96 steps each). At 64 and 256 streams a step that
+// took them at every size was slower.
+#define GPU_MMA_MIN_COLS (2048L * 96)
 
 // Sizes state and scratch for a batch whose step advances each row by `frames` frames (steps,
 // frame, in_per_row and out_per_row are per row and step). Returns MIMI_OK or MIMI_EUNSUPPORTED.
@@ -115,7 +116,7 @@ size_t gpu_stage_input_offset(int R);
 enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
-    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS, GOP_RESBLOCK_MMA, GOP_CONV_MMA, GOP_CONVTR_MMA,
+    GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS, GOP_RESBLOCK_MMA, GOP_CONVTR_MMA,
     GOP_CONVTR_MMA_TAIL,
 };
 
@@ -138,7 +139,6 @@ struct gpu_op {
         struct op_gather gather;
         struct op_resblock resblock;
         struct op_resblock_mma resblock_mma;
-        struct op_conv_mma conv_mma;
         struct op_convtr_mma convtr_mma;
         struct op_transformer transformer;
         struct op_rvq_chain rvq_chain;
