@@ -175,7 +175,7 @@ int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
 // h[j, r, t] = bf16(elu(b1[j] + sum_{i,k} W1[j, i*K + k] v(i, r, t + k))),
 // v = bf16 of `in`'s [history | elu(x)]; W1 and W2 rounded to bf16, the sums in f32, the biases
 // f32. w1 (hid, ld1) and w2 (c, ld2) are the packed f32 convs with their bias columns (c*K and
-// hid); w1f and w2f the same weights in bf16 in mma fragment order (gpu_mma_fragments), W1's
+// hid); w1f and w2f the same weights in bf16 in mma fragment order (gpu_mma_fragment_index), W1's
 // reduction tap-major (k*c + i). y must not overlap x; a GOP_CARRY follows. It takes
 // T % GPU_RESBLOCK_MMA_TILE == 0.
 #define GPU_RESBLOCK_MMA_TILE 96

@@ -662,8 +662,9 @@ static int last_fits(const struct builder *B, const struct mimi_conv *c, int c_i
 
 // x (c, R, T) + conv1x1(elu(conv_k(elu(x)))): returns where the result is, x itself or `out`.
 // Small steps run two direct kernels; large ones one op_resblock (or, in FAST_BF16,
-// op_resblock_mma) kernel into `out` where its geometry fits, else im2col and two products, the second accumulating into x (beta = 1) with
-// its bias riding on a row of ones written after the hidden activations. With `last` (fitting
+// op_resblock_mma) kernel into `out` where its geometry fits, else im2col and two products, the
+// second accumulating into x (beta = 1) with its bias riding on a row of ones written after the
+// hidden activations. With `last` (fitting
 // last_fits) the op_resblock kernel also runs that conv (weights last_w, history last_hist) and
 // `out` is its (R, T) output; *fused says whether it did.
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,

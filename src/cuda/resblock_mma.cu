@@ -19,7 +19,7 @@
  *   the same weights). h = bf16(elu(h + b1)) goes to hs (RM_TILE, HP), hidden contiguous.
  * - y = x + (b2 + W2 . h), the same way over hs, in passes of 128 outputs (a warp 16 of them
  *   over all columns); x read and y written as 8-byte pieces from the accumulators.
- * Shared memory (C = 128 / 256): 40.5 / 77.8 KB, two blocks an SM.
+ * Shared memory (C = 128 / 256): 40.5 / 77.8 KB; three / two blocks an SM (registers bound it).
  */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
