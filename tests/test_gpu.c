@@ -596,28 +596,29 @@ static void resblock_mma_case(int C, int T) {
 }
 
 // op_convtr_mma and its tail launch against their definition computed here (f(x) and W rounded
-// to bf16, sums in double, the bias f32): 3 rows (a slot with a tail, a padding row, a fresh
-// slot), the ELU on. Outputs within the f32 summation order; the tails the launch leaves too,
+// to bf16, sums in double, the bias f32): 10 rows (a slot with a tail, a padding row, then fresh
+// slots, past one block of the tail launch), the ELU on. Outputs within the f32 summation order; the tails the launch leaves too,
 // and the padding row's slot state untouched.
 static void convtr_mma_case(int CIN, int COUT, int S, int T) {
-    enum { R = 3 };
+    enum { R = 10, NS = R - 1 };
     const int K = 2 * S, P = S;
     const size_t stride = (size_t)COUT * P + 4, nx = (size_t)CIN * R * T, ny = (size_t)COUT * R * T * S;
     const size_t nw = (size_t)COUT * K * CIN, nf = (size_t)COUT * S * 2 * CIN;
     float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), *ref = malloc(sizeof(float) * ny);
-    float *w = malloc(sizeof(float) * (nw + COUT)), *state = calloc(2 * stride, sizeof(float));
-    float *st = malloc(sizeof(float) * 2 * stride), *want = malloc(sizeof(float) * 2 * stride), *v = malloc(sizeof(float) * nx);
+    float *w = malloc(sizeof(float) * (nw + COUT)), *state = calloc(NS * stride, sizeof(float));
+    float *st = malloc(sizeof(float) * NS * stride), *want = malloc(sizeof(float) * NS * stride), *v = malloc(sizeof(float) * nx);
     uint16_t *f = malloc(sizeof(uint16_t) * nf);
     float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL;
     uint16_t *df = NULL;
     int32_t *drs = NULL;
-    const int32_t row_slot[R] = {1, -1, 0};
+    int32_t row_slot[R] = {1, -1, 0};  // then slots 2 .. (fresh): the tail launch's 8-row blocks
+    for (int r = 3; r < R; r++) row_slot[r] = r - 1;
     CHECK(x && y && ref && w && state && st && want && v && f);
     CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * ny), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * (nw + COUT)), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&df, sizeof(uint16_t) * nf), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * NS * stride), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
     if (!x || !y || !ref || !w || !state || !st || !want || !v || !f || !dx || !dy || !dw || !df || !dstate || !drs) return;
     for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
@@ -634,7 +635,7 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
         mimi_elu(&e, 1);
         v[n] = (float)bf16_value(mimi_to_bf16(e));
     }
-    memcpy(want, state, sizeof(float) * 2 * stride);
+    memcpy(want, state, sizeof(float) * NS * stride);
     for (int r = 0; r < R; r++)
         for (int o = 0; o < COUT; o++)
             for (int ph = 0; ph < S; ph++) {
@@ -656,7 +657,7 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
     cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
     cudaMemcpy(dw, w, sizeof(float) * (nw + COUT), cudaMemcpyHostToDevice);
     cudaMemcpy(df, f, sizeof(uint16_t) * nf, cudaMemcpyHostToDevice);
-    cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+    cudaMemcpy(dstate, state, sizeof(float) * NS * stride, cudaMemcpyHostToDevice);
     cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
     cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
     char msg[256] = "";
@@ -666,15 +667,15 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
     CHECK_EQ(mimi_cuda_convtr_mma_tail(&a, &ex), MIMI_OK);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(y, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
-    cudaMemcpy(st, dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+    cudaMemcpy(st, dstate, sizeof(float) * NS * stride, cudaMemcpyDeviceToHost);
     size_t nans = 0;
     for (size_t i = 0; i < ny; i++) nans += y[i] != y[i];
-    const double rel = rel_l2(y, ref, ny), trel = rel_l2(st, want, 2 * stride);
+    const double rel = rel_l2(y, ref, ny), trel = rel_l2(st, want, NS * stride);
     printf("  transposed conv on bf16 tensor cores (%d -> %d channels, S %d, T %d) vs its definition: rel_l2 %.2e, "
            "tails rel_l2 %.2e, %zu NaN %s\n", CIN, COUT, S, T, rel, trel, nans, msg);
     CHECK(rel < 1e-4 && trel < 1e-4);
     CHECK_EQ(nans, 0);
-    CHECK(st[stride - 1] == 0.0f && st[2 * stride - 1] == 0.0f);  // past the tails: untouched
+    for (int s = 0; s < NS; s++) CHECK(st[(s + 1) * stride - 1] == 0.0f);  // past the tails: untouched
     struct op_convtr_mma bad = a;
     bad.tr.T = T + 1;
     CHECK_EQ(mimi_cuda_convtr_mma(&bad, &ex), MIMI_EUNSUPPORTED);
@@ -759,6 +760,7 @@ static void test_bf16_operands(void) {
     resblock_mma_case(256, 96);
     resblock_mma_case(128, 192);  // two tiles a row
     convtr_mma_case(128, 64, 4, 480);  // the decoder's last upsampling
+    convtr_mma_case(256, 128, 5, 96);  // and the one before
     attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one

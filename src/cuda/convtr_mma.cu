@@ -1,12 +1,10 @@
 /*
  * convtr_mma.cu - a dense ConvTranspose1d with K = 2S on bfloat16 tensor cores (op_convtr_mma;
- * reference src/nn/conv.c), for MIMI_PRECISION_FAST_BF16's large steps: the decoder's last
- * upsampling (128 -> 64 channels, S 4), where an ELU pass into bf16, the per-tap product (2S
- * times the output channels over every input step, in f32) and the overlap-add wrote and read
- * again about 3.5 times the output. At 2048 rows on an H200 they took 1.67 ms; this kernel 1.08
- * and its tail launch 0.28. On the 256 -> 128, S 5 layer the kernel took 0.72 ms against 0.82,
- * but the tail launch (a block per row, a thread per output reading its weight row: uncoalesced)
- * 1.37: that layer keeps the products. A tail launch with coalesced weight rows is the next step.
+ * reference src/nn/conv.c), for MIMI_PRECISION_FAST_BF16's large steps: the decoder's last two
+ * upsamplings (128 -> 64 channels, S 4; 256 -> 128, S 5), where an ELU pass into bf16, the
+ * per-tap product (2S times the output channels over every input step, in f32) and the
+ * overlap-add wrote and read again about 3.5 times the output. At 2048 rows on an H200 they took
+ * 1.67 and 0.86 ms; this kernel 1.08 and 0.71, its tail launch 0.02 and 0.03.
  *
  * As a product: output phase f of input step t is row o*S + f of W' (c_out*S, 2*c_in) times
  * [v(t); v(t - 1)], W'[o*S + f] = [W[o, f] | W[o, f + S]]. A block takes TILE input steps of one
@@ -17,7 +15,7 @@
  *   v(t - s) for 8 steps are 8 consecutive rows of xs (ldmatrix.x4 per two groups), A fragments
  *   from wf (fragment order: mma.cuh's mma_rows). Bias and tail are added and the outputs go
  *   to `outs` (c_out, TILE*S) in output order, which the block then stores as 16-byte rows.
- * The tail launch computes each row's next tail from its last input step (a block per row).
+ * The tail launch computes the rows' next tails from their last input steps, 16 rows a block.
  */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
@@ -96,26 +94,45 @@ static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const 
     }
 }
 
-// Block r: tail[o, f] = sum_i bf16(W[o, f + S])[i] v(i, r, T - 1) for row r's slot.
+// The next tails as one product on tensor cores: tail[o*S + f] of row r = the s = 1 half of W'
+// (columns c_in ..) times v(T - 1) of row r. Block b takes rows CT_TAIL_ROWS b .. + CT_TAIL_ROWS - 1,
+// their v(T - 1) staged as vs (CT_TAIL_ROWS, XP) bf16 (a row's channels contiguous: the B
+// operand's columns); warp w takes the tail rows 16(w + 8j) .. + 15.
+#define CT_TAIL_ROWS 16
 template <int CIN, int COUT, int S>
-static __global__ void convtr_mma_tail_kernel(const struct op_convtr_mma a) {
-    __shared__ float v[CIN];
+static __global__ void __launch_bounds__(CT_THREADS) convtr_mma_tail_kernel(const struct op_convtr_mma a) {
+    constexpr int XP = CIN + 8, KT = 2 * CIN / 16, MT = COUT * S / 16, NT = CT_TAIL_ROWS / 8;
+    __shared__ __align__(16) __nv_bfloat16 vs[CT_TAIL_ROWS * XP];
     pdl_begin();
     const struct op_convtr &tr = a.tr;
-    const int r = blockIdx.x, slot = tr.row_slot[r];
-    if (slot < 0) return;
-    for (int i = threadIdx.x; i < CIN; i += blockDim.x) {
-        const float x = tr.x[((size_t)i * tr.R + r) * tr.T + tr.T - 1];
-        v[i] = __bfloat162float(__float2bfloat16_rn(a.elu ? elu_bf16(x) : x));
-    }
+    const int T = tr.T, R = tr.R, r0 = blockIdx.x * CT_TAIL_ROWS, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const size_t cs = (size_t)R * T;
+    stage_window<CIN, CT_TAIL_ROWS, XP>(
+        vs,
+        [&](int u, int i) {
+            const int r = r0 + u;
+            if (r >= R) return make_float2(0.0f, 0.0f);
+            const float *xr = tr.x + (size_t)r * T + T - 1;
+            const float x0 = xr[i * cs], x1 = xr[(i + 1) * cs];
+            return a.elu ? make_float2(elu_bf16(x0), elu_bf16(x1)) : make_float2(x0, x1);
+        },
+        [](int u) { return u; });
     __syncthreads();
-    float *tail = tr.tail + (size_t)slot * tr.slot_stride;
-    for (int e = threadIdx.x; e < COUT * S; e += blockDim.x) {
-        const int o = e / S, f = e - o * S;
-        const float *wr = tr.w + ((size_t)o * 2 * S + f + S) * CIN;
-        float acc = 0.0f;
-        for (int i = 0; i < CIN; i++) acc += __bfloat162float(__float2bfloat16_rn(wr[i])) * v[i];
-        tail[e] = acc;
+    const __nv_bfloat16 *vb = ldmatrix_lane<XP>(vs);
+#pragma unroll 1
+    for (int m = w; m < MT; m += CT_WARPS) {
+        float acc[NT][4] = {};
+        mma_rows<KT / 2, NT, XP>(acc, (const uint4 *)a.wf + (size_t)(KT / 2) * MT * 32 + m * 32 + lane,
+                                 (size_t)MT * 32, [&](int kt) { return vb + 16 * kt; });
+        // acc[n][e]: tail row 16 m + g + 8 (e >> 1), stream row r0 + 8n + 2q + (e & 1)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = r0 + 8 * n + 2 * q + (e & 1), slot = r < R ? tr.row_slot[r] : -1;
+                if (slot >= 0) tr.tail[(size_t)slot * tr.slot_stride + 16 * m + g + 8 * (e >> 1)] = acc[n][e];
+            }
     }
 }
 
@@ -142,11 +159,13 @@ static int launch(const struct op_convtr_mma *a, struct gpu_exec *ex) {
 
 extern "C" int mimi_cuda_convtr_mma(const struct op_convtr_mma *a, struct gpu_exec *ex) {
     if (!fits(a, ex)) return MIMI_EUNSUPPORTED;
-    return launch<128, 64, 4, 48>(a, ex);
+    return a->c_in == 128 ? launch<128, 64, 4, 48>(a, ex) : launch<256, 128, 5, 32>(a, ex);
 }
 
 extern "C" int mimi_cuda_convtr_mma_tail(const struct op_convtr_mma *a, struct gpu_exec *ex) {
     if (!fits(a, ex)) return MIMI_EUNSUPPORTED;
-    pdl_launch(convtr_mma_tail_kernel<128, 64, 4>, dim3(a->tr.R), dim3(256), 0, ex, *a);
+    const dim3 grid((a->tr.R + CT_TAIL_ROWS - 1) / CT_TAIL_ROWS);
+    if (a->c_in == 128) pdl_launch(convtr_mma_tail_kernel<128, 64, 4>, grid, dim3(256), 0, ex, *a);
+    else pdl_launch(convtr_mma_tail_kernel<256, 128, 5>, grid, dim3(256), 0, ex, *a);
     return launch_status(ex, "convtr_mma tail");
 }

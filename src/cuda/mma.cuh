@@ -76,10 +76,12 @@ static __device__ __forceinline__ const __nv_bfloat16 *ldmatrix_lane(const __nv_
 
 // acc[n] (16 x 8 tile of columns 8n ..) += A (16 rows, KT*16) . B over KT steps: step kt's A
 // fragment is af[kt * astep] (fragment order: one 16-byte load per lane, AHEAD steps in flight),
-// its B fragments ldmatrix_x4 at b(kt) + 16 j * P for column groups 2j, 2j + 1.
+// its B fragments ldmatrix_x4 at b(kt) + 16 j * P for column groups 2j, 2j + 1. A step's B loads
+// are all issued before its products (ldmatrix and mma are volatile: interleaved, each product
+// would wait out one shared-memory round trip).
 template <int KT, int NT, int P, typename BRow>
 static __device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const uint4 *af, size_t astep, BRow b) {
-    constexpr int AHEAD = KT < 6 ? KT : 6;
+    constexpr int AHEAD = KT < 4 ? KT : 4;
     uint4 ring[AHEAD];
 #pragma unroll
     for (int d = 0; d < AHEAD; d++) ring[d] = __ldg(af + d * astep);
@@ -89,12 +91,13 @@ static __device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const uint4
         if (kt + AHEAD < KT) ring[kt % AHEAD] = __ldg(af + (kt + AHEAD) * astep);
         const unsigned fa[4] = {f.x, f.y, f.z, f.w};
         const __nv_bfloat16 *bk = b(kt);
+        unsigned v[NT / 2][4];
+#pragma unroll
+        for (int j = 0; j < NT / 2; j++) ldmatrix_x4(v[j], bk + 16 * j * P);
 #pragma unroll
         for (int j = 0; j < NT / 2; j++) {
-            unsigned v[4];
-            ldmatrix_x4(v, bk + 16 * j * P);
-            mma_bf16(acc[2 * j], fa, v[0], v[1]);
-            mma_bf16(acc[2 * j + 1], fa, v[2], v[3]);
+            mma_bf16(acc[2 * j], fa, v[j][0], v[j][1]);
+            mma_bf16(acc[2 * j + 1], fa, v[j][2], v[j][3]);
         }
     }
 }

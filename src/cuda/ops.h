@@ -311,18 +311,18 @@ int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);
 // ---- convtr_mma.cu ----
 
 // A dense ConvTranspose1d with K = 2S on bfloat16 tensor cores without per-tap products in
-// memory (MIMI_PRECISION_FAST_BF16's large steps; the decoder's last upsampling: 128 -> 64
-// channels, S 4, 480 input steps a frame): with W[o, k] the packed weight's row o*K + k (c_in
-// values) and v = bf16 of f(x) (f = elu_bf16 when `elu`),
+// memory (MIMI_PRECISION_FAST_BF16's large steps; the decoder's last two upsamplings: 128 -> 64
+// channels, S 4, 480 input steps a frame, and 256 -> 128, S 5, 96 steps): with W[o, k] the packed
+// weight's row o*K + k (c_in values) and v = bf16 of f(x) (f = elu_bf16 when `elu`),
 // y[o, r, t*S + f] = b[o] + sum_i (bf16(W[o, f])[i] v(i, r, t) + bf16(W[o, f + S])[i] v(i, r, t - 1))
 // (+ tail[o, f] at t = 0, where v(t - 1) is taken as 0), the sums and bias in f32; then the
 // tail launch stores tail[o, f] = sum_i bf16(W[o, f + S])[i] v(i, r, T - 1) for every
 // non-padding row. tr.w is the packed f32 weight, tr.taps unused; wf the weight in bf16 in mma
 // fragment order as a (c_out*S, 2*c_in) matrix, row o*S + f, column s*c_in + i holding
-// W[o, f + s*S][i]. (The kernel also ran the 256 -> 128, S 5 layer correctly, but with its tail
-// launch slower than the products and overlap-add it replaces: see docs/GPU.md.)
+// W[o, f + s*S][i].
 #define GPU_CONVTR_MMA_FITS(c_in, c_out, K, S, T) \
-    ((K) == 2 * (S) && (c_in) == 128 && (c_out) == 64 && (S) == 4 && (T) % 48 == 0)
+    ((K) == 2 * (S) && (((c_in) == 128 && (c_out) == 64 && (S) == 4 && (T) % 48 == 0) || \
+                        ((c_in) == 256 && (c_out) == 128 && (S) == 5 && (T) % 32 == 0)))
 struct op_convtr_mma {
     struct op_convtr tr;
     const void *wf;
