@@ -436,11 +436,17 @@ template <typename Kernel>
 static int launch_persistent(Kernel kernel, const struct op_resblock *a, struct gpu_exec *ex) {
     const size_t smem = sizeof(float) * RB_SMEM_FLOATS(64);
     const int tiles = a->in.R * ((a->in.T + RB_TILE - 1) / RB_TILE);
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return launch_status(ex, "resblock (shared memory)");
     const int sms = device_sms();
     int per_sm = 0;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess || !sms ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, RB_THREADS, smem) != cudaSuccess)
-        return launch_status(ex, "resblock (occupancy)");
+    const cudaError_t e = sms ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, RB_THREADS, smem)
+                              : cudaErrorInvalidDevice;
+    if (e != cudaSuccess) {  // (device_sms clears its error: launch_status would find none)
+        cudaGetLastError();
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "resblock (occupancy): %s", cudaGetErrorString(e));
+        return MIMI_EDEVICE;
+    }
     int blocks = sms * (per_sm > 0 ? per_sm : 1);
     if (blocks > tiles) blocks = tiles > 0 ? tiles : 1;
     pdl_launch(kernel, dim3(blocks), dim3(RB_THREADS), smem, ex, *a);
