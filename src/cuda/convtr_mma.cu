@@ -34,6 +34,14 @@ struct ct_geom {
                       (TILE * S) % 4 == 0, "the tiling");
 };
 
+// v(i, r, t) and v(i + 1, r, t): f(x) of two channels at step t of row r (f = elu_bf16 when `elu`)
+static __device__ __forceinline__ float2 input_pair(const struct op_convtr_mma &a, int i, int r, int t) {
+    const struct op_convtr &tr = a.tr;
+    const float *p = tr.x + ((size_t)i * tr.R + r) * tr.T + t;
+    const float x0 = __ldg(p), x1 = __ldg(p + (size_t)tr.R * tr.T);
+    return a.elu ? make_float2(elu_bf16(x0), elu_bf16(x1)) : make_float2(x0, x1);
+}
+
 template <int CIN, int COUT, int S, int TILE>
 static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const struct op_convtr_mma a) {
     typedef ct_geom<CIN, COUT, S, TILE> G;
@@ -47,19 +55,11 @@ static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const 
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int slot = tr.row_slot[r];
     const float *tail = t0 == 0 && slot >= 0 ? tr.tail + (size_t)slot * tr.slot_stride : NULL;
-    {  // the window: v(t0 - 1 + u) in bf16, zeros before step 0
-        const size_t cs = (size_t)R * T;
-        const float *xr = tr.x + (size_t)r * T;
-        stage_window<CIN, G::ROWS, XP>(
-            xs,
-            [&](int u, int i) {
-                const int t = t0 - 1 + u;
-                if (t < 0) return make_float2(0.0f, 0.0f);
-                const float x0 = __ldg(xr + i * cs + t), x1 = __ldg(xr + (i + 1) * cs + t);
-                return a.elu ? make_float2(elu_bf16(x0), elu_bf16(x1)) : make_float2(x0, x1);
-            },
-            [](int u) { return u; });
-    }
+    // the window: v(t0 - 1 + u) in bf16, zeros before step 0
+    stage_window<CIN, G::ROWS, XP>(
+        xs,
+        [&](int u, int i) { return t0 + u > 0 ? input_pair(a, i, r, t0 - 1 + u) : make_float2(0.0f, 0.0f); },
+        [](int u) { return u; });
     __syncthreads();
     // B of step kt (v(t - s), channels i0 ..) for steps n: window rows n + 1 - s
     const __nv_bfloat16 *xb = ldmatrix_lane<XP>(xs);
@@ -107,16 +107,8 @@ static __global__ void __launch_bounds__(CT_THREADS) convtr_mma_tail_kernel(cons
     const struct op_convtr &tr = a.tr;
     const int T = tr.T, R = tr.R, r0 = blockIdx.x * CT_TAIL_ROWS, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, q = lane & 3;
-    const size_t cs = (size_t)R * T;
     stage_window<CIN, CT_TAIL_ROWS, XP>(
-        vs,
-        [&](int u, int i) {
-            const int r = r0 + u;
-            if (r >= R) return make_float2(0.0f, 0.0f);
-            const float *xr = tr.x + (size_t)r * T + T - 1;
-            const float x0 = xr[i * cs], x1 = xr[(i + 1) * cs];
-            return a.elu ? make_float2(elu_bf16(x0), elu_bf16(x1)) : make_float2(x0, x1);
-        },
+        vs, [&](int u, int i) { return r0 + u < R ? input_pair(a, i, r0 + u, T - 1) : make_float2(0.0f, 0.0f); },
         [](int u) { return u; });
     __syncthreads();
     const __nv_bfloat16 *vb = ldmatrix_lane<XP>(vs);
