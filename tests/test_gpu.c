@@ -596,11 +596,12 @@ static void resblock_mma_case(int C, int T) {
 }
 
 // op_convtr_mma and its tail launch against their definition computed here (f(x) and W rounded
-// to bf16, sums in double, the bias f32): 10 rows (a slot with a tail, a padding row, then fresh
-// slots, past one block of the tail launch), the ELU on. Outputs within the f32 summation order; the tails the launch leaves too,
-// and the padding row's slot state untouched.
+// to bf16, sums in double, the bias f32): 20 rows (a slot with a tail, a padding row, then fresh
+// slots; the tail launch's 16-row blocks, the second partly past the rows), the ELU on. Outputs
+// within the f32 summation order; the tails the launch leaves too, and the padding row's slot
+// state untouched.
 static void convtr_mma_case(int CIN, int COUT, int S, int T) {
-    enum { R = 10, NS = R - 1 };
+    enum { R = 20, NS = R - 1 };
     const int K = 2 * S, P = S;
     const size_t stride = (size_t)COUT * P + 4, nx = (size_t)CIN * R * T, ny = (size_t)COUT * R * T * S;
     const size_t nw = (size_t)COUT * K * CIN, nf = (size_t)COUT * S * 2 * CIN;
@@ -611,7 +612,7 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
     float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL;
     uint16_t *df = NULL;
     int32_t *drs = NULL;
-    int32_t row_slot[R] = {1, -1, 0};  // then slots 2 .. (fresh): the tail launch's 8-row blocks
+    int32_t row_slot[R] = {1, -1, 0};  // then slots 2 .. (fresh)
     for (int r = 3; r < R; r++) row_slot[r] = r - 1;
     CHECK(x && y && ref && w && state && st && want && v && f);
     CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
