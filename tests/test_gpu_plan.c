@@ -183,20 +183,28 @@ static float *convtr_mma_inputs(const struct op_convtr_mma *a) {
     return v;
 }
 
-static void emu_convtr_mma(const struct op_convtr_mma *a) {
+// Output phase f of step t of row r before bias and tail: sum over s = 0, 1 (steps t - s in [0,
+// T)) of bf16(W[o, f + s*S]) . v(t - s); at t = T the next tail.
+static float convtr_mma_phase(const struct op_convtr_mma *a, const float *v, int o, int f, int r, int t) {
     const struct op_convtr *tr = &a->tr;
     const int S = tr->S, T = tr->T, R = tr->R, ci = a->c_in;
+    float s = 0.0f;
+    for (int u = 0; u < 2; u++)
+        for (int i = 0; i < ci && t - u >= 0 && t - u < T; i++)
+            s += bf16_round(tr->w[((size_t)o * tr->K + f + u * S) * ci + i]) * v[((size_t)i * R + r) * T + t - u];
+    return s;
+}
+
+static void emu_convtr_mma(const struct op_convtr_mma *a) {
+    const struct op_convtr *tr = &a->tr;
+    const int S = tr->S, T = tr->T, R = tr->R;
     float *v = convtr_mma_inputs(a);
     if (!v) return;
     for (int o = 0; o < tr->c_out; o++)
         for (int r = 0; r < R; r++)
             for (int t = 0; t < T; t++)
                 for (int f = 0; f < S; f++) {
-                    float s = 0.0f;
-                    for (int u = 0; u < 2; u++)
-                        for (int i = 0; i < ci && t - u >= 0; i++)
-                            s += bf16_round(tr->w[((size_t)o * tr->K + f + u * S) * ci + i]) * v[((size_t)i * R + r) * T + t - u];
-                    float y = s + (tr->bias ? tr->bias[o] : 0.0f);
+                    float y = convtr_mma_phase(a, v, o, f, r, t) + (tr->bias ? tr->bias[o] : 0.0f);
                     if (t == 0 && tr->row_slot[r] >= 0) y += tr->tail[(size_t)tr->row_slot[r] * tr->slot_stride + o * S + f];
                     tr->y[((size_t)o * R + r) * T * S + t * S + f] = y;
                 }
@@ -205,19 +213,13 @@ static void emu_convtr_mma(const struct op_convtr_mma *a) {
 
 static void emu_convtr_mma_tail(const struct op_convtr_mma *a) {
     const struct op_convtr *tr = &a->tr;
-    const int S = tr->S, T = tr->T, R = tr->R, ci = a->c_in;
     float *v = convtr_mma_inputs(a);
     if (!v) return;
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < tr->R; r++) {
         if (tr->row_slot[r] < 0) continue;
         float *tail = tr->tail + (size_t)tr->row_slot[r] * tr->slot_stride;
         for (int o = 0; o < tr->c_out; o++)
-            for (int f = 0; f < S; f++) {
-                float s = 0.0f;
-                for (int i = 0; i < ci; i++)
-                    s += bf16_round(tr->w[((size_t)o * tr->K + f + S) * ci + i]) * v[((size_t)i * R + r) * T + T - 1];
-                tail[o * S + f] = s;
-            }
+            for (int f = 0; f < tr->S; f++) tail[o * tr->S + f] = convtr_mma_phase(a, v, o, f, r, tr->T);
     }
     free(v);
 }
@@ -637,10 +639,10 @@ struct emu_batch {
     float *state, *scratch;
 };
 
-// A batch of `capacity` slots whose step advances each listed slot by `frames` frames.
 // The *_mma kernels' threshold for the plans emu_create builds (-1: the layout's own).
 static long emu_mma_min_cols = -1;
 
+// A batch of `capacity` slots whose step advances each listed slot by `frames` frames.
 static void emu_create(struct emu_batch *e, const struct mimi_model *m, const struct gpu_weights *w,
                        int direction, int capacity, int attention, int frames) {
     memset(e, 0, sizeof *e);
