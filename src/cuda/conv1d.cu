@@ -186,16 +186,16 @@ struct conv_geom {
         return cursor{in.x + (size_t)r * in.T, hist, i, p - i * in.K, (n - r * To) * in.S,
                       DIRECT_WARPS / in.K, DIRECT_WARPS % in.K, replicate};
     }
-    __device__ float take(const cursor &c) const {
+    // x (f applies), the replicated first column (f applies), or the history as stored (f(x)).
+    __device__ float take(const cursor &c, bool &act) const {
         const struct op_im2col &in = a.in;
         const float *xr = c.x + (size_t)c.i * in.R * in.T;
         const int j = c.j0 + c.k;
-        float v;
-        if (j >= in.H) v = xr[j - in.H];
-        else if (c.replicate) v = xr[0];
-        else return c.hist ? c.hist[(size_t)c.i * in.H + j] : 0.0f;
-        return in.elu ? elu_f(v) : v;
+        const float *at = j >= in.H ? xr + (j - in.H) : c.replicate ? xr : c.hist ? c.hist + (size_t)c.i * in.H + j : NULL;
+        act = in.elu && (j >= in.H || c.replicate);
+        return at ? *at : 0.0f;
     }
+    __device__ float activate(float v) const { return elu_f(v); }
     __device__ void advance(cursor &c) const {
         c.i += c.di, c.k += c.dk;
         if (c.k >= a.in.K) c.k -= a.in.K, c.i++;

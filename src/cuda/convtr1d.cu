@@ -222,10 +222,12 @@ struct convtr_geom {
         const int r = n / (a.tr.T + 1), u = p / a.c_in;
         return cursor{a.tr.x + (size_t)r * a.tr.T, n - r * (a.tr.T + 1), u, p - u * a.c_in};
     }
-    __device__ float take(const cursor &c) const {
+    __device__ float take(const cursor &c, bool &act) const {
         const int t = c.t - c.u;
+        act = false;  // the input is taken as it is (the ELU before it is a launch of its own)
         return t >= 0 && t < a.tr.T ? c.x[(size_t)c.i * a.tr.R * a.tr.T + t] : 0.0f;
     }
+    __device__ float activate(float v) const { return v; }
     __device__ void advance(cursor &c) const {
         c.i += DIRECT_WARPS;
         while (c.i >= a.c_in) c.i -= a.c_in, c.u++;

@@ -10,7 +10,10 @@
  *   weight(o, phase, p), weights_vec(p0, n)           output o's weight at reduction index p;
  *                                                     whether 4 consecutive ones are one float4
  *   start(n, phase, p) -> cursor                      column n's input at reduction index p:
- *   take(cursor), advance(cursor)                     its value, then the index DIRECT_WARPS on
+ *   take(cursor, act), advance(cursor)                its value as stored and whether activate()
+ *   activate(v)                                       applies to it, then the index DIRECT_WARPS
+ *                                                     on (take only loads, so that a lane's loads
+ *                                                     are all in flight before any value is used)
  *   finish(o, phase, n, v)                            the epilogue: bias, activation, stores
  *   staged(xs, n0, phase, p0, kc)                     sees each staged input slice (xs below)
  * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
@@ -82,7 +85,9 @@ static __device__ __forceinline__ void direct_stage(const G &g, float *ws, int o
 
 // xs (kc, 32) = the inputs of columns n0 .. n0 + 31 at reduction indices p0 .. p0 + kc - 1
 // (zeros past the last column). A thread keeps one column (its lane) and walks the indices
-// DIRECT_WARPS apart with the geometry's cursor, DIRECT_STAGE_LOADS loads in flight.
+// DIRECT_WARPS apart with the geometry's cursor, DIRECT_STAGE_LOADS loads in flight: the
+// activation is applied once all of them are issued (applied inside each take, the loads of one
+// stream's slice went out one round trip after another).
 template <class G>
 static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs, int n0, int phase, int p0, int kc) {
     const int lane = threadIdx.x % 32, n = n0 + lane;
@@ -94,14 +99,16 @@ static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs
     typename G::cursor c = g.start(n, phase, p0 + q);
     for (; q < kc; q += DIRECT_WARPS * DIRECT_STAGE_LOADS) {
         float v[DIRECT_STAGE_LOADS];
+        bool act[DIRECT_STAGE_LOADS];
 #pragma unroll
         for (int u = 0; u < DIRECT_STAGE_LOADS; u++) {
-            v[u] = q + u * DIRECT_WARPS < kc ? g.take(c) : 0.0f;
+            act[u] = false;
+            v[u] = q + u * DIRECT_WARPS < kc ? g.take(c, act[u]) : 0.0f;
             g.advance(c);
         }
 #pragma unroll
         for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
-            if (q + u * DIRECT_WARPS < kc) xs[(q + u * DIRECT_WARPS) * 32 + lane] = v[u];
+            if (q + u * DIRECT_WARPS < kc) xs[(q + u * DIRECT_WARPS) * 32 + lane] = act[u] ? g.activate(v[u]) : v[u];
     }
 }
 
@@ -177,8 +184,17 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
         const int o = o0 + oi;
         if (n >= N || o >= g.c_out()) continue;
         const size_t at = ((size_t)o * phases + phase) * N + n;
+        // the parts' sums loaded DIRECT_STAGE_LOADS at a time, then added in part order
         float v = __ldcg(sp.part + at);
-        for (int z = 1; z < sp.splits; z++) v += __ldcg(sp.part + (size_t)z * plane + at);
+        for (int z0 = 1; z0 < sp.splits; z0 += DIRECT_STAGE_LOADS) {
+            float pz[DIRECT_STAGE_LOADS];
+#pragma unroll
+            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
+                pz[u] = z0 + u < sp.splits ? __ldcg(sp.part + (size_t)(z0 + u) * plane + at) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
+                if (z0 + u < sp.splits) v += pz[u];
+        }
         g.finish(o, phase, n, v);
     }
 }
