@@ -88,15 +88,17 @@ static __device__ __forceinline__ void direct_stage(const G &g, float *ws, int o
 // DIRECT_WARPS apart with the geometry's cursor, DIRECT_STAGE_LOADS loads in flight: the
 // activation is applied once all of them are issued (applied inside each take, the loads of one
 // stream's slice went out one round trip after another).
+// With `made`, `first` is the lane's cursor at p0 + warp, made by the caller.
 template <class G>
-static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs, int n0, int phase, int p0, int kc) {
+static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs, int n0, int phase, int p0, int kc,
+                                                           bool made, typename G::cursor first) {
     const int lane = threadIdx.x % 32, n = n0 + lane;
     int q = threadIdx.x / 32;
     if (n >= g.cols()) {
         for (; q < kc; q += DIRECT_WARPS) xs[q * 32 + lane] = 0.0f;
         return;
     }
-    typename G::cursor c = g.start(n, phase, p0 + q);
+    typename G::cursor c = made ? first : g.start(n, phase, p0 + q);
     for (; q < kc; q += DIRECT_WARPS * DIRECT_STAGE_LOADS) {
         float v[DIRECT_STAGE_LOADS];
         bool act[DIRECT_STAGE_LOADS];
@@ -123,21 +125,30 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
     const int phase = blockIdx.y % phases, o0 = blockIdx.y / phases * DIRECT_TO;
     const int n = blockIdx.x * 32 + lane;
     const int p_begin = blockIdx.z * sp.chunk, p_end = min(KK, p_begin + sp.chunk);
-    // the first column tile requests the weights of its channels (their span, for each channel)
-    if (blockIdx.x == 0 && p_begin < p_end)
+    // Before the predecessor is waited for, what does not depend on it: the first slice's
+    // weights into shared memory, the first column tile's request of the later slices' weights
+    // into L2 (their span, for each channel), and the lane's first input cursor (a row's slot
+    // and its flags are set before the step's first kernel).
+    const int p_second = min(p_end, p_begin + DIRECT_KC);
+    if (p_begin < p_end) direct_stage(g, ws, o0, phase, p_begin, p_second - p_begin);
+    if (blockIdx.x == 0 && p_second < p_end)
         for (int o = o0 + warp; o < min(o0 + DIRECT_TO, g.c_out()); o += DIRECT_WARPS) {
-            const float *first = g.weight(o, phase, p_begin), *last = g.weight(o, phase, p_end - 1);
+            const float *first = g.weight(o, phase, p_second), *last = g.weight(o, phase, p_end - 1);
             prefetch_l2(first, sizeof(float) * (size_t)(last - first + 1), lane, 32);
         }
+    typename G::cursor c0{};
+    if (n < N && p_begin < p_end) c0 = g.start(n, phase, p_begin + warp);
     pdl_begin();
     float acc[DIRECT_TO];
 #pragma unroll
     for (int o = 0; o < DIRECT_TO; o++) acc[o] = 0.0f;
     for (int p0 = p_begin; p0 < p_end; p0 += DIRECT_KC) {
         const int kc = min(DIRECT_KC, p_end - p0);
-        __syncthreads();  // the previous slice is consumed
-        direct_stage(g, ws, o0, phase, p0, kc);
-        direct_stage_inputs(g, xs, blockIdx.x * 32, phase, p0, kc);
+        if (p0 != p_begin) {
+            __syncthreads();  // the previous slice is consumed
+            direct_stage(g, ws, o0, phase, p0, kc);
+        }
+        direct_stage_inputs(g, xs, blockIdx.x * 32, phase, p0, kc, p0 == p_begin, c0);
         __syncthreads();
         g.staged(xs, blockIdx.x * 32, phase, p0, kc);
         const int share = (kc + DIRECT_WARPS - 1) / DIRECT_WARPS, q0 = warp * share, q1 = min(kc, q0 + share);
