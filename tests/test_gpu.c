@@ -471,7 +471,7 @@ static void resblock_last_case(int precision, int T) {
         struct op_resblock rb = {in, dw, dw + n1, dy, HID, fused, {dw + n1 + n2, dout, dstate + C * (K - 1), dedges}};
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) {
-            struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL};
+            struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL, 0};
             CHECK_EQ(mimi_cuda_conv(&conv, &ex), MIMI_OK);
             CHECK_EQ(mimi_cuda_carry(&last_in, &ex), MIMI_OK);
         }

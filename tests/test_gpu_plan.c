@@ -104,7 +104,8 @@ static void emu_conv(const struct op_conv *a) {
                 if (a->bias) v += a->w[(size_t)o * a->ld + KK];
                 if (a->post_elu) v = elu(v);
                 float *y = a->y + ((size_t)o * in->R + r) * To + t;
-                *y = a->accumulate ? *y + v : v;
+                v = a->accumulate ? *y + v : v;
+                *y = a->elu_out ? elu(v) : v;
             }
 }
 
@@ -113,7 +114,7 @@ static void emu_conv(const struct op_conv *a) {
 static void emu_last_conv(const struct op_resblock *a, const float *y) {
     struct op_im2col in = a->in;
     in.x = y, in.hist = a->last.hist, in.H = in.K - 1, in.elu = 1, in.replicate = 0;
-    struct op_conv conv = {in, a->last.w, a->last.out, 1, in.c_in * in.K + 1, 1, 0, 0, {0, 0, NULL, NULL}, 1, NULL};
+    struct op_conv conv = {in, a->last.w, a->last.out, 1, in.c_in * in.K + 1, 1, 0, 0, {0, 0, NULL, NULL}, 1, NULL, 0};
     emu_conv(&conv);
     emu_carry(&in);
 }

@@ -222,7 +222,8 @@ struct conv_geom {
         if (a.bias) v += a.w[(size_t)o * a.ld + reduction()];
         if (a.post_elu) v = elu_f(v);
         float *y = a.y + (size_t)o * cols() + n;
-        *y = a.accumulate ? *y + v : v;
+        v = a.accumulate ? *y + v : v;
+        *y = a.elu_out ? elu_f(v) : v;
     }
 };
 
@@ -275,7 +276,8 @@ static __global__ void narrow_kernel(const struct op_conv a) {
     if (a.bias) v += a.w[(size_t)in.c_in * in.K];
     if (a.post_elu) v = elu_f(v);
     float *y = a.y + (size_t)r * To + t;
-    *y = a.accumulate ? *y + v : v;
+    v = a.accumulate ? *y + v : v;
+    *y = a.elu_out ? elu_f(v) : v;
 }
 
 static int launch_narrow(const struct op_conv *a, struct gpu_exec *ex) {

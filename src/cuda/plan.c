@@ -572,8 +572,9 @@ static int bf16_product(const struct builder *B, int N, int ck) {
 // after the bias). Large products run as im2col (with rows of ones for the bias and the zero
 // weights after it: reduction) and one matrix product, which takes post_elu = 0 and
 // accumulate = 0 only; in bfloat16 (bf16_product) with W16, W in bf16 with rows of
-// conv_ld_bf16(c_in*K + 1) values (c_in*K without bias).
-static void plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
+// conv_ld_bf16(c_in*K + 1) values (c_in*K without bias). Returns the conv's op when it is one
+// kernel (valid until the next op is emitted), else NULL.
+static struct op_conv *plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
                       const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
@@ -585,10 +586,13 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     if (direct || narrow) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
-                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL};
+                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL, 0};
         if (d->in.H > 0 && !narrow && T % c->stride == 0) d->tail = stage_tail(B, hist, c->c_in, d->in.H);
-        if (d->in.H > 0 && !d->tail) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
-        return;
+        if (d->in.H > 0 && !d->tail) {
+            emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
+            return NULL;
+        }
+        return d;
     }
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
     // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
@@ -600,6 +604,7 @@ static void plan_conv(struct builder *B, const struct mimi_conv *c, const float 
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
     if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
     gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f)->ab_bf16 = bf16;
+    return NULL;
 }
 
 // y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
@@ -666,17 +671,19 @@ static int last_fits(const struct builder *B, const struct mimi_conv *c, int c_i
 // second accumulating into x (beta = 1) with its bias riding on a row of ones written after the
 // hidden activations. With `last` (fitting
 // last_fits) the op_resblock kernel also runs that conv (weights last_w, history last_hist) and
-// `out` is its (R, T) output; *fused says whether it did.
+// `out` is its (R, T) output; *fused says whether it did. With `elu_out` (the block's output only
+// feeds an ELU) small steps apply that ELU in the last kernel; *elu_done says whether they did.
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
                             float *x, float *out, int T, float *hist, const float *last_w, float *last_hist,
-                            int *fused) {
+                            int *fused, int elu_out, int *elu_done) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
-    *fused = 0;
+    *fused = *elu_done = 0;
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0);
-        plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1);
+        struct op_conv *d = plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1);
+        if (d && elu_out) d->elu_out = *elu_done = 1;
         return x;
     }
     if (w->wf && !last_w && GPU_RESBLOCK_MMA_FITS(c, hid, T) && N >= B->L->mma_min_cols) {
@@ -758,11 +765,14 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                 const struct seanet_layer *nx = i + 2 < s->n_layers ? &s->layers[i + 2] : NULL;
                 const int last = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONV &&
                                  B->L->st_conv[i + 2] && last_fits(B, &nx->conv, c->c_in, T);
-                int fused;
+                // so may the ELU before a transposed conv (applied in place to the block's output)
+                const int elu_next = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONVTR;
+                int fused, elu_done;
                 float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem, last ? w[i + 2].w : NULL,
-                                           last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused);
+                                           last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused, elu_next, &elu_done);
                 if (res != in) in = res, cur ^= 1;
                 if (fused) i += 2;
+                if (elu_done) i += 1;
             } else {
                 B->rc = MIMI_EUNSUPPORTED;
             }
