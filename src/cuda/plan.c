@@ -572,10 +572,11 @@ static int bf16_product(const struct builder *B, int N, int ck) {
 // after the bias). Large products run as im2col (with rows of ones for the bias and the zero
 // weights after it: reduction) and one matrix product, which takes post_elu = 0 and
 // accumulate = 0 only; in bfloat16 (bf16_product) with W16, W in bf16 with rows of
-// conv_ld_bf16(c_in*K + 1) values (c_in*K without bias). Returns the conv's op when it is one
-// kernel (valid until the next op is emitted), else NULL.
-static struct op_conv *plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
-                      const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate) {
+// conv_ld_bf16(c_in*K + 1) values (c_in*K without bias). With `elu_out` (y only feeds an ELU
+// next) the conv's own kernel applies that ELU to y where it can (one conv kernel, or a windowed
+// product); returns whether it does.
+static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
+                     const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate, int elu_out) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
     const int ld = with_bias ? gpu_conv_ld(ck) : ck;
     const int direct = direct_conv(N, (double)N * c->c_out * ck);
@@ -588,11 +589,9 @@ static struct op_conv *plan_conv(struct builder *B, const struct mimi_conv *c, c
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
                               direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL, 0};
         if (d->in.H > 0 && !narrow && T % c->stride == 0) d->tail = stage_tail(B, hist, c->c_in, d->in.H);
-        if (d->in.H > 0 && !d->tail) {
-            emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
-            return NULL;
-        }
-        return d;
+        d->elu_out = elu_out;
+        if (d->in.H > 0 && !d->tail) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
+        return elu_out;
     }
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
     // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
@@ -601,22 +600,54 @@ static struct op_conv *plan_conv(struct builder *B, const struct mimi_conv *c, c
     const int kk = !with_bias ? ck : bf16 ? conv_ld_bf16(ck) : reduction(B, ck);
     struct op_im2col a = conv_input(B, c, x, T, elu, hist, kk - (ck - with_bias));
     a.col_bf16 = bf16;
+    if (!bf16 && ld % 4 == 0 && gpu_rows_product(c->c_out, N, kk)) {
+        // few columns and weights of several MB (one stream's last encoder layers, the
+        // resampling conv, the decoder's first): the product gathers the window itself and stages
+        // the history for the step's GOP_TAILS, two launches fewer
+        struct op_gemm *g = gemm(B, 0, 0, N, c->c_out, kk, NULL, N, W, ld, y, N, 0.0f);
+        a.col = NULL;
+        g->windowed = 1;
+        g->window = a;
+        g->elu = elu_out;
+        if (a.H > 0 && T % c->stride == 0) g->window_tail = stage_tail(B, hist, c->c_in, a.H);
+        if (a.H > 0 && !g->window_tail) emit(B, GOP_CARRY, "carry")->u.im2col = a;  // after: the product reads it
+        return elu_out;
+    }
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
     if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
     gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f)->ab_bf16 = bf16;
-    return NULL;
+    return 0;
 }
 
 // y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
 // a dense one's product in bfloat16 (bf16_product) with W16, W in bf16, and f(x) converted to
 // bf16 first (one pass), else f applied to x in place; or, with Wf (W in op_convtr_mma's
 // fragments) where it fits, op_convtr_mma.
+// How plan_convtr runs a transposed conv over T steps per row (Wf: its op_convtr_mma weights or
+// NULL): one direct kernel, one op_convtr_mma, or a product (of bf16 operands, its input
+// converted first) and the overlap-add.
+enum convtr_form { CONVTR_DIRECT, CONVTR_MMA, CONVTR_PRODUCT, CONVTR_PRODUCT_BF16 };
+static enum convtr_form convtr_form(const struct builder *B, const struct mimi_conv *c, const float *Wf, int T) {
+    const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
+    if (dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in))
+        return CONVTR_DIRECT;
+    if (Wf && GPU_CONVTR_MMA_FITS(c->c_in, c->c_out, K, S, T) && N >= B->L->mma_min_cols) return CONVTR_MMA;
+    return dense && bf16_product(B, N, c->c_in) ? CONVTR_PRODUCT_BF16 : CONVTR_PRODUCT;
+}
+
+// Whether the ELU before that transposed conv costs a pass of its own (CONVTR_MMA and the bf16
+// conversion apply it as they read).
+static int convtr_elu_pass(const struct builder *B, const struct mimi_conv *c, const float *Wf, int T) {
+    const enum convtr_form f = convtr_form(B, c, Wf, T);
+    return f == CONVTR_DIRECT || f == CONVTR_PRODUCT;
+}
+
 static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16,
                         const float *Wf, const float *bias, float *x, float *y, int T, float *tail, int elu) {
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
-    const int direct =
-        dense && K == 2 * S && direct_conv(B->R * (T + 1), (double)B->R * (T + 1) * c->c_out * S * 2 * c->c_in);
-    if (Wf && !direct && GPU_CONVTR_MMA_FITS(c->c_in, c->c_out, K, S, T) && N >= B->L->mma_min_cols) {
+    const enum convtr_form form = convtr_form(B, c, Wf, T);
+    const int direct = form == CONVTR_DIRECT;
+    if (form == CONVTR_MMA) {
         // FAST_BF16's large steps: one kernel on bf16 tensor cores (the ELU in it), then the tails
         struct op_convtr_mma a = {{NULL, x, W, bias, y, tail, B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R},
                                   Wf, c->c_in, elu};
@@ -624,7 +655,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
         emit(B, GOP_CONVTR_MMA_TAIL, "convtr_mma_tail")->u.convtr_mma = a;
         return;
     }
-    const int bf16 = dense && !direct && bf16_product(B, N, c->c_in);
+    const int bf16 = form == CONVTR_PRODUCT_BF16;
     if (elu && !bf16) pointwise(B, EW_ELU, x, NULL, NULL, 1, (size_t)c->c_in * N, 0);
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
                           B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
@@ -681,9 +712,8 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     *fused = *elu_done = 0;
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
-        plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0);
-        struct op_conv *d = plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1);
-        if (d && elu_out) d->elu_out = *elu_done = 1;
+        plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0, 0);
+        *elu_done = plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1, elu_out);
         return x;
     }
     if (w->wf && !last_w && GPU_RESBLOCK_MMA_FITS(c, hid, T) && N >= B->L->mma_min_cols) {
@@ -707,7 +737,7 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
         return out;
     }
-    plan_conv(B, &l->conv, w->w, w->w_bf16, 1, x, mid, T, 1, hist, 0, 0);
+    plan_conv(B, &l->conv, w->w, w->w_bf16, 1, x, mid, T, 1, hist, 0, 0, 0);
     if (bf16_product(B, N, hid)) {
         // elu(mid) and the ones rows in bf16 in the im2col scratch, which the first product has
         // consumed (its bf16 columns, conv_ld_bf16(c*K + 1) rows, outnumber these)
@@ -744,13 +774,18 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             else if (in) pointwise(B, EW_ELU, in, NULL, NULL, 1, (size_t)l->channels_out * B->R * T, 0);
             else B->rc = MIMI_EUNSUPPORTED;
             break;
-        case SEANET_CONV:
-            plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0);
+        case SEANET_CONV: {
+            // the ELU before a transposed conv after it may ride in its kernel
+            const int elu_next = i + 2 < s->n_layers && s->layers[i + 1].kind == SEANET_ELU &&
+                                 s->layers[i + 2].kind == SEANET_CONVTR &&
+                                 convtr_elu_pass(B, &s->layers[i + 2].conv, w[i + 2].wf, T / c->stride);
+            if (plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0, elu_next)) i++;
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;
             T /= c->stride;
             break;
+        }
         case SEANET_CONVTR:
             if (!in) B->rc = MIMI_EUNSUPPORTED;  // x itself is read-only (check_model: a conv first)
             plan_convtr(B, c, w[i].w, w[i].w_bf16, w[i].wf, w[i].b, in, act[cur], T, mem, pending_elu);
@@ -766,7 +801,8 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                 const int last = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONV &&
                                  B->L->st_conv[i + 2] && last_fits(B, &nx->conv, c->c_in, T);
                 // so may the ELU before a transposed conv (applied in place to the block's output)
-                const int elu_next = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONVTR;
+                const int elu_next = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONVTR &&
+                                     convtr_elu_pass(B, &nx->conv, w[i + 2].wf, T);
                 int fused, elu_done;
                 float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem, last ? w[i + 2].w : NULL,
                                            last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused, elu_next, &elu_done);
@@ -944,7 +980,7 @@ static void plan_encode(struct builder *B, const struct gpu_weights *w) {
     float *tr = scratch(B, L->sc_tr_out), *latent = scratch(B, L->sc_latent);
     if (sea) plan_transformer(B, &m->enc_tr, w->enc_tr, w->enc_freq, sea, tr);
     B->stage = "enc.downsample";
-    plan_conv(B, &m->downsample, w->down, w->down_bf16, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0);
+    plan_conv(B, &m->downsample, w->down, w->down_bf16, 0, tr, latent, L->steps, 0, state(B, L->st_resample), 0, 0, 0);
     B->stage = "enc.quantizer";
     if (m->quantizer.n_q > 0) plan_rvq_encode(B, &m->quantizer, w, latent, p->output);
     else transpose(B, latent, p->output, L->frame_dim, B->R * L->frames);
