@@ -238,28 +238,13 @@ static void layer_norm(const float *x, float *out, const float *w, const float *
 
 static float gelu(float v) { return 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); }
 
-// Row n of a windowed product's A: the im2col column n of its conv's input window (k values).
-static void window_row(const struct op_im2col *w, int n, int k, float *row) {
-    const int To = w->T / w->S, r = n / To, t = n % To;
-    for (int p = 0; p < k; p++) {
-        const int i = p / w->K;
-        row[p] = i < w->c_in ? xin(w, i, r, t * w->S + p % w->K) : 1.0f;
-    }
-}
-
 static void emu_gemm(const struct op_gemm *g) {
     // op(A) rows and op(B) columns packed contiguous, then one dot per output
     float *pa = malloc(sizeof(float) * (size_t)g->m * g->k), *pb = malloc(sizeof(float) * (size_t)g->n * g->k);
     for (int i = 0; i < g->m; i++)
-        for (int p = 0; p < g->k && !g->windowed; p++)
+        for (int p = 0; p < g->k; p++)
             pa[(size_t)i * g->k + p] =
                 get_value(g->a, g->transa ? p + (size_t)i * g->lda : i + (size_t)p * g->lda, g->ab_bf16);
-    for (int i = 0; i < g->m && g->windowed; i++) window_row(&g->window, i, g->k, pa + (size_t)i * g->k);
-    const struct op_im2col *w = &g->window;
-    if (g->windowed && g->window_tail)  // the newest H columns, as (c_in, R, H)
-        for (int i = 0; i < w->c_in; i++)
-            for (int r = 0; r < w->R; r++)
-                for (int j = 0; j < w->H; j++) g->window_tail[((size_t)i * w->R + r) * w->H + j] = xin(w, i, r, w->T + j);
     for (int j = 0; j < g->n; j++) {
         if (g->ln_w) {  // op(B) row j = LN(x + scale * y), x + scale * y stored to ln_out
             float *row = pb + (size_t)j * g->k;
@@ -699,13 +684,14 @@ static int count_ops(const struct gpu_plan *p, int kind) {
     return n;
 }
 
-// Products that gather their conv's window (op_gemm.windowed), and ELU passes.
-static int count_windowed(const struct gpu_plan *p, int *elu_passes) {
+// ELU passes, and convs and products that apply the ELU after them in their own kernel.
+static int count_elu(const struct gpu_plan *p, int *folded) {
     int n = 0;
-    *elu_passes = 0;
+    *folded = 0;
     for (int i = 0; i < p->n_ops; i++) {
-        n += p->ops[i].kind == GOP_GEMM && p->ops[i].u.gemm.windowed;
-        *elu_passes += p->ops[i].kind == GOP_POINTWISE && p->ops[i].u.pointwise.mode == EW_ELU;
+        const struct gpu_op *op = &p->ops[i];
+        n += op->kind == GOP_POINTWISE && op->u.pointwise.mode == EW_ELU;
+        *folded += (op->kind == GOP_CONV && op->u.conv.elu_out) || (op->kind == GOP_GEMM && op->u.gemm.elu);
     }
     return n;
 }
@@ -812,14 +798,11 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK), 1);  // the 64-channel level
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK), 1);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
-    // and, for its few-column convs of large weights, products that gather their windows: no
-    // im2col, no carry (the histories staged for the step's tails op); nor a decoder ELU pass
-    int elu_passes;
-    CHECK_EQ(count_windowed(&enc.plans[1], &elu_passes), 3);  // the last two layers, the resampling
-    CHECK_EQ(count_ops(&enc.plans[1], GOP_IM2COL) + count_ops(&enc.plans[1], GOP_CARRY), 0);
-    CHECK_EQ(count_windowed(&dec.plans[1], &elu_passes), 1);  // the first conv
-    CHECK_EQ(count_ops(&dec.plans[1], GOP_IM2COL) + count_ops(&dec.plans[1], GOP_CARRY), 0);
-    CHECK_EQ(elu_passes, 0);
+    // and no ELU pass in the decoder: the ELU before each of its four transposed convs is
+    // applied by the kernel before it (the first conv's product, the resblocks' last convs)
+    int folded;
+    CHECK_EQ(count_elu(&dec.plans[1], &folded), 0);
+    CHECK_EQ(folded, 4);
     int narrow;  // strict: the decoder's last conv on its own kernel
     CHECK_EQ(count_last(&dec.plans[WIDE], &narrow), 0);
     // up to 4 slots (8 transformer rows): the whole transformer as one persistent op
@@ -965,11 +948,8 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     // the decoder's four upsamplings: ELU in the conversion to bf16, in op_convtr_mma, or (the
     // narrowest, 16 columns, in f32) in the kernel of the conv before it
     const int convtr_mma = count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA);
-    int folded = 0;
-    for (int i = 0; i < dec.plans[WIDE].n_ops; i++) {
-        const struct gpu_op *op = &dec.plans[WIDE].ops[i];
-        folded += (op->kind == GOP_CONV && op->u.conv.elu_out) || (op->kind == GOP_GEMM && op->u.gemm.elu);
-    }
+    int folded;
+    count_elu(&dec.plans[WIDE], &folded);
     CHECK_EQ(folded, 1);
     CHECK_EQ(convert - ones16 + elu_passes + convtr_mma + folded, 4);
     CHECK_EQ(gemm16, im2col16 + convert);

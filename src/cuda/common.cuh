@@ -155,27 +155,15 @@ static __device__ __forceinline__ float gelu_f(float v) {
 }
 
 // Column j of [hist (H) | f(x) (T)] for channel i of row r of a conv's input side (f = ELU when
-// a.elu), as stored, and whether f still applies to it (`act`): so that a thread can issue
-// several loads before it computes any ELU. A padding row has a zero history; a
-// replicate-padded slot that has not started repeats f(x[i, r, 0]).
-static __device__ __forceinline__ float xin_take(const struct op_im2col &a, int i, int r, int j, bool &act) {
-    const float *xr = a.x + ((size_t)i * a.R + r) * a.T;
-    act = a.elu != 0;
-    if (j >= a.H) return xr[j - a.H];
-    int slot = a.row_slot[r];
-    act = false;
-    if (slot < 0) return 0.0f;
-    if (a.replicate && !a.started[(size_t)slot * a.slot_stride]) {
-        act = a.elu != 0;
-        return xr[0];
-    }
-    return a.hist[(size_t)slot * a.slot_stride + (size_t)i * a.H + j];
-}
-
+// a.elu). A padding row has a zero history; a replicate-padded slot that has not started repeats
+// f(x[i, r, 0]).
 static __device__ __forceinline__ float xin(const struct op_im2col &a, int i, int r, int j) {
-    bool act;
-    const float v = xin_take(a, i, r, j, act);
-    return act ? elu_f(v) : v;
+    const float *xr = a.x + ((size_t)i * a.R + r) * a.T;
+    if (j >= a.H) return a.elu ? elu_f(xr[j - a.H]) : xr[j - a.H];
+    int slot = a.row_slot[r];
+    if (slot < 0) return 0.0f;
+    if (a.replicate && !a.started[(size_t)slot * a.slot_stride]) return a.elu ? elu_f(xr[0]) : xr[0];
+    return a.hist[(size_t)slot * a.slot_stride + (size_t)i * a.H + j];
 }
 
 #endif

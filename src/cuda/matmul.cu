@@ -35,9 +35,6 @@ struct skinny {
     const float *ln_x, *ln_y, *ln_scale, *ln_w, *ln_b;  // x from a LayerNorm (op_gemm)
     float *ln_out;
     float ln_eps;
-    int windowed;  // x from a conv's input window (op_gemm.window; the rows kernel only)
-    struct op_im2col win;
-    float *tail;
 };
 
 // Where the small side is read: the operand, or the LayerNorm rows in shared memory.
@@ -213,52 +210,13 @@ static __global__ void skinny_kernel(const struct skinny a) {
 // the warps of a row in order), so a row's result does not depend on the grid.
 #define ROWS_U 2
 #define ROWS_RW 4
-
-// xs (S, Kp) = the im2col matrix of a conv's input window (a.windowed): column s = r*To + t
-// holds xin(i, r, t*S + k) at p = i*K + k, then ones up to K, zeros up to Kp. Each value of
-// [hist | f(x)] (W = H + T per channel and row) is read once, ROWS_WINDOW_LOADS in flight per
-// thread, and written to every column and tap that reads it; block 0 also stages the newest H
-// columns into a.tail (c_in, R, H).
-#define ROWS_WINDOW_LOADS 16
-static __device__ void rows_stage_window(const struct skinny &a, float *xs, int Kp) {
-    const struct op_im2col &in = a.win;
-    const int To = in.T / in.S, W = in.H + in.T, CK = in.c_in * in.K, n = in.c_in * in.R * W;
-    for (int e = threadIdx.x; e < a.S * (Kp - CK); e += blockDim.x) {
-        const int s = e / (Kp - CK), p = CK + e - s * (Kp - CK);
-        xs[s * Kp + p] = p < a.K ? 1.0f : 0.0f;
-    }
-    float *tail = blockIdx.x == 0 ? a.tail : NULL;
-    for (int e0 = threadIdx.x; e0 < n; e0 += ROWS_WINDOW_LOADS * blockDim.x) {
-        float v[ROWS_WINDOW_LOADS];
-        bool act[ROWS_WINDOW_LOADS];
-#pragma unroll
-        for (int u = 0; u < ROWS_WINDOW_LOADS; u++) {
-            const int e = e0 + u * blockDim.x, ir = e / W, j = e - ir * W;
-            act[u] = false;
-            if (e < n) v[u] = xin_take(in, ir / in.R, ir % in.R, j, act[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < ROWS_WINDOW_LOADS; u++) {
-            const int e = e0 + u * blockDim.x, ir = e / W, j = e - ir * W, i = ir / in.R, r = ir % in.R;
-            if (e >= n) break;
-            const float x = act[u] ? elu_f(v[u]) : v[u];
-            for (int t = 0; t < To; t++) {
-                const int k = j - t * in.S;
-                if (k >= 0 && k < in.K) xs[(r * To + t) * Kp + i * in.K + k] = x;
-            }
-            if (tail && j >= in.T) tail[((size_t)i * in.R + r) * in.H + (j - in.T)] = x;
-        }
-    }
-}
+#define ROWS_MIN_WEIGHTS (1 << 20)          // floats: below this, skinny_kernel
+#define ROWS_MAX_STAGE (96 * 1024)          // bytes of x per block (two blocks per SM)
 
 // xs (S, Kp) = x's columns, zeros past K. A thread has ROWS_STAGE_LOADS loads in flight; the
 // products' usual layout, (s, p) at s + p*S (an im2col buffer of S columns), is read as float4s.
 #define ROWS_STAGE_LOADS 8
 static __device__ __forceinline__ void rows_stage_x(const struct skinny &a, float *xs, int Kp) {
-    if (a.windowed) {
-        rows_stage_window(a, xs, Kp);
-        return;
-    }
     const int S = a.S, K = a.K, n = S * K;
     for (int e = threadIdx.x; e < S * (Kp - K); e += blockDim.x) {
         const int s = e / (Kp - K);
@@ -381,7 +339,10 @@ static __global__ void __launch_bounds__(32 * SKINNY_WARPS, 2) skinny_rows_kerne
 // Whether the product goes to skinny_rows_kernel, and its launch.
 static size_t rows_stage_bytes(const struct skinny *s) { return sizeof(float) * (size_t)s->S * ((s->K + 3) & ~3); }
 
-static int rows_fit(const struct skinny *s) { return !s->ln_w && s->wvec && gpu_rows_product(s->J, s->S, s->K); }
+static int rows_fit(const struct skinny *s) {
+    return !s->ln_w && s->wvec && s->S <= 8 && (long long)s->J * s->K >= ROWS_MIN_WEIGHTS &&
+           rows_stage_bytes(s) <= ROWS_MAX_STAGE;
+}
 
 static int launch_skinny_rows(struct skinny s, struct gpu_exec *ex) {
     // a warp's share of about 1024 indices (2 rounds of loads per row)
@@ -393,7 +354,7 @@ static int launch_skinny_rows(struct skinny s, struct gpu_exec *ex) {
     void (*k)(const struct skinny) = smax == 2 ? skinny_rows_kernel<2> : smax == 4 ? skinny_rows_kernel<4> : skinny_rows_kernel<8>;
     // (with the kernel's static sums, past the 48 KB a block gets without opting in)
     if (smem + sizeof(float) * SKINNY_WARPS * ROWS_RW * smax > 48 * 1024 &&
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, GPU_ROWS_MAX_STAGE) != cudaSuccess)
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, ROWS_MAX_STAGE) != cudaSuccess)
         return launch_status(ex, "skinny product (rows)");
     pdl_launch(k, grid, 32 * SKINNY_WARPS, smem, ex, s);
     char what[128];
@@ -420,10 +381,6 @@ static int as_skinny(const struct op_gemm *g, struct skinny *s) {
         set(g->a, g->b, g->lda, g->transb ? 1 : g->ldb, g->transb ? g->ldb : 1, 1, g->ldc, g->m, g->n);
     else
         return 0;
-    if (g->windowed) {
-        if (g->transa || g->transb || g->m > SKINNY_MAX) return 0;
-        s->x = NULL, s->windowed = 1, s->win = g->window, s->tail = g->window_tail;
-    }
     if (g->ln_w) {
         if (!(g->transa && g->n <= SKINNY_MAX) || g->k * g->n > GPU_LN_MAX_FLOATS) return 0;
         s->ln_x = g->ln_x, s->ln_y = g->ln_y, s->ln_scale = g->ln_scale, s->ln_w = g->ln_w, s->ln_b = g->ln_b;
@@ -438,12 +395,6 @@ static int as_skinny(const struct op_gemm *g, struct skinny *s) {
 
 static int launch_skinny(const struct skinny *s, struct gpu_exec *ex) {
     if (rows_fit(s)) return launch_skinny_rows(*s, ex);
-    if (s->windowed) {
-        if (ex->errmsg)
-            snprintf(ex->errmsg, ex->errlen, "skinny product (%d x %d x %d): a windowed conv needs the rows kernel", s->J,
-                     s->S, s->K);
-        return MIMI_EINVAL;
-    }
     const int rows = SKINNY_WARPS / s->split;
     const size_t smem = s->ln_w ? sizeof(float) * (size_t)s->S * s->K : 0;
     pdl_launch(skinny_kernel, (s->J + rows - 1) / rows, 32 * SKINNY_WARPS, smem, ex, *s);
@@ -474,8 +425,8 @@ static int gemm_default(const struct op_gemm *g, struct gpu_exec *ex) {
 static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
     struct skinny s;
     if (as_skinny(g, &s)) return launch_skinny(&s, ex);
-    if (g->ln_w || g->windowed || g->elu) {
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: a LayerNorm or window operand, or an ELU, needs the skinny kernel");
+    if (g->ln_w || g->elu) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: a LayerNorm operand or an ELU needs the skinny kernel");
         return MIMI_EINVAL;
     }
     if (g->gelu && (g->ldc != g->m || g->beta != 0.0f)) {
@@ -492,5 +443,5 @@ extern "C" int mimi_cuda_gemm(const struct op_gemm *g, struct gpu_exec *ex) { re
 
 extern "C" int mimi_cuda_gemm_on_cublas(const struct op_gemm *g) {
     struct skinny s;
-    return !as_skinny(g, &s) && !g->ln_w && !g->windowed && !g->elu;
+    return !as_skinny(g, &s) && !g->ln_w && !g->elu;
 }

@@ -231,22 +231,7 @@ struct op_gemm {
     const void *algo;  // a cublasLtMatmulAlgo_t chosen by mimi_cuda_gemm_tune, or NULL: cuBLAS's default
     int ab_bf16;  // a and b point to bfloat16 values (2 bytes each; lda and ldb count them): cuBLAS
                   // on bf16 tensor cores with f32 accumulation (MIMI_PRECISION_FAST_BF16's convs)
-    // With `windowed` (a conv's product over a few columns: no transposes, gpu_rows_product(n, m,
-    // k)), A is not read: A (m = R*T/S, k) is the im2col matrix of `window` (window.ones rows of
-    // ones after the c_in*K values; window.col unused), gathered inside the product's launch from
-    // [history | f(x)]. With window_tail set the launch also stages the newest H columns of
-    // [history | f(x)] there as (c_in, R, H), as op_conv.tail; the history is not carried.
-    int windowed;
-    struct op_im2col window;
-    float *window_tail;
 };
-// Whether a product of J weight rows, S columns and K values per row runs on the skinny kernel's
-// "rows" form (weights of several MB; x staged in shared memory); windowed products must.
-#define GPU_ROWS_MIN_WEIGHTS (1 << 20)  // floats
-#define GPU_ROWS_MAX_STAGE (96 * 1024)  // bytes of x per block (two blocks per SM)
-static inline int gpu_rows_product(int J, int S, int K) {
-    return S <= 8 && (long long)J * K >= GPU_ROWS_MIN_WEIGHTS && sizeof(float) * (size_t)S * ((K + 3) & ~3) <= GPU_ROWS_MAX_STAGE;
-}
 #define GPU_LN_MAX_FLOATS 8192
 int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
 // 1 when g's product goes to cuBLAS (not to the skinny kernel).

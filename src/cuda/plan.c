@@ -573,8 +573,8 @@ static int bf16_product(const struct builder *B, int N, int ck) {
 // weights after it: reduction) and one matrix product, which takes post_elu = 0 and
 // accumulate = 0 only; in bfloat16 (bf16_product) with W16, W in bf16 with rows of
 // conv_ld_bf16(c_in*K + 1) values (c_in*K without bias). With `elu_out` (y only feeds an ELU
-// next) the conv's own kernel applies that ELU to y where it can (one conv kernel, or a windowed
-// product); returns whether it does.
+// next) the conv's own kernel applies that ELU to y where it can (one conv kernel, or a product
+// on the skinny kernel); returns whether it does.
 static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
                      const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate, int elu_out) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
@@ -600,23 +600,12 @@ static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *
     const int kk = !with_bias ? ck : bf16 ? conv_ld_bf16(ck) : reduction(B, ck);
     struct op_im2col a = conv_input(B, c, x, T, elu, hist, kk - (ck - with_bias));
     a.col_bf16 = bf16;
-    if (!bf16 && ld % 4 == 0 && gpu_rows_product(c->c_out, N, kk)) {
-        // few columns and weights of several MB (one stream's last encoder layers, the
-        // resampling conv, the decoder's first): the product gathers the window itself and stages
-        // the history for the step's GOP_TAILS, two launches fewer
-        struct op_gemm *g = gemm(B, 0, 0, N, c->c_out, kk, NULL, N, W, ld, y, N, 0.0f);
-        a.col = NULL;
-        g->windowed = 1;
-        g->window = a;
-        g->elu = elu_out;
-        if (a.H > 0 && T % c->stride == 0) g->window_tail = stage_tail(B, hist, c->c_in, a.H);
-        if (a.H > 0 && !g->window_tail) emit(B, GOP_CARRY, "carry")->u.im2col = a;  // after: the product reads it
-        return elu_out;
-    }
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
     if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
-    gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f)->ab_bf16 = bf16;
-    return 0;
+    struct op_gemm *g = gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f);
+    g->ab_bf16 = bf16;
+    g->elu = elu_out && !bf16 && N <= GPU_SKINNY_MAX;  // (the skinny kernel's)
+    return g->elu;
 }
 
 // y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;

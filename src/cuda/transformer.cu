@@ -31,14 +31,15 @@
  * put a layer at about 25 us, 7 of them in its two LayerNorms, whose statistics were block-wide
  * reductions (four block barriers, each thread summing the 16 warps' partials); a warp per row
  * took the transformer to about 190 us. Tried and dropped, each slower: the next layer's weights
- * or the rings requested into L2 ahead (the requests delay the waits), a flag per block instead
- * of one counter, and items of 16 ring entries merged by every block.
+ * or the rings requested into L2 ahead (the requests delay the waits), the attention blocks'
+ * rings copied into shared memory (cp.async) while the stages before stage 2 run (190 -> 214 us
+ * strict, 179 -> 198 us with bf16 rings), a flag per block instead of one counter, and items of
+ * 16 ring entries merged by every block.
  */
 #include <stdint.h>
 
 #include "attention.cuh"
 #include "grid.cuh"
-#include "mma.cuh"
 
 #define TR_THREADS 512
 #define TR_WARPS (TR_THREADS / 32)
@@ -59,7 +60,6 @@ struct tr_args {
     struct tr_lin qkv, ff1, ff2;
     int split_wo;  // stage 2's items per (row, head), each d / split_wo out-projection rows
     int units;     // the most (output, warp) units of one block in any linear
-    int ring_smem; // stage 2's rings come through shared memory (tr_ring_fetch)
 };
 
 // ---- linears ----
@@ -267,48 +267,6 @@ static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, 
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// ---- a block's ring in shared memory ----
-
-// With A.ring_smem (one item per block, and room), the block whose stage-2 item reads row r's
-// ring of head h copies that head's keys and values of the layer to come into shared memory
-// (kr, vr: (ring, head_dim) each) while the stages before it run: issued as soon as its walk of
-// the layer before is done (before layer 0, with the slot's position ring pr, at the start), so
-// that the walk then reads shared memory instead of waiting out a memory round trip after the
-// barrier. The entries of the step's own positions are written in stage 1, after the copy was
-// issued: tr_attend takes those from memory. Warp 0 issues none of the copies, since its thread
-// 0 arrives at the grid barriers and a release waits for the thread's outstanding requests.
-template <typename T>
-static __device__ void tr_ring_fetch(const struct op_attention &a, const struct op_tr_layer &w, int slot, int h, T *kr,
-                                     T *vr, int32_t *pr) {
-    constexpr int HD = GPU_ATT_ONEPASS_HD, PER = 16 / sizeof(T), PIECES = HD / PER;  // 16-byte pieces of an entry
-    if (threadIdx.x < 32) return;
-    const T *keys = slot_ring<T>(w.keys, a.slot_stride, slot) + (size_t)h * HD;
-    const T *values = slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * HD;
-    for (int e = threadIdx.x - 32; e < a.ring * PIECES; e += blockDim.x - 32) {
-        const int j = e / PIECES, c = (e - j * PIECES) * PER;
-        cp_async16(kr + (size_t)j * HD + c, keys + (size_t)j * a.d + c);
-        cp_async16(vr + (size_t)j * HD + c, values + (size_t)j * a.d + c);
-    }
-    if (pr) {
-        const int32_t *positions = a.positions + (size_t)slot * a.slot_stride;
-        for (int j = threadIdx.x - 32; j < a.ring; j += blockDim.x - 32)
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(pr + j)), "l"(positions + j));
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Shared memory of the ring copy: keys, values (ring, head_dim) of T, then the positions.
-template <typename T>
-struct tr_ring {
-    T *keys, *values;
-    int32_t *positions;
-};
-
-template <typename T>
-static size_t tr_ring_bytes(int ring) {
-    return 2 * sizeof(T) * (size_t)ring * GPU_ATT_ONEPASS_HD + sizeof(int32_t) * (size_t)((ring + 3) & ~3);
-}
-
 // Stage 2, item b < R * n_heads * split: `split` items for each row r and head h attend
 // (b = (r * n_heads + h) * split + k; the warps take consecutive shares of the ring, a half-warp
 // per key as the one-pass kernel, the halves and warps merged in a fixed order), and item k
@@ -317,7 +275,7 @@ static size_t tr_ring_bytes(int ring) {
 // out-projection is the sum of the heads' parts, added in head order by the next stage.
 template <typename T>
 static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split, int item,
-                                 const struct tr_rows &rw, const struct tr_ring<T> *rs, float *wo, float *ypart) {
+                                 const struct tr_rows &rw, float *wo, float *ypart) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
     __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
@@ -337,32 +295,14 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
         l[s] = 0.0f;
     }
     if (slot >= 0) {
-        constexpr int HD = GPU_ATT_ONEPASS_HD;
-        const int32_t pos0 = rw.pos0[r];
-        const T *gk = slot_ring<T>(w.keys, a.slot_stride, slot) + (size_t)h * HD;
-        const T *gv = slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * HD;
-        const unit *keys = (const unit *)gk + li, *values = (const unit *)gv + li;
-        const int32_t *positions = a.positions + (size_t)slot * a.slot_stride;
-        int stride4 = d4;  // units between entries
-        if (rs) {
-            // the copy (tr_ring_fetch; the out-projection's columns may still be in flight), then
-            // the step's own entries from memory
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
-            __syncthreads();
-            for (int e = threadIdx.x; e < steps * HD; e += blockDim.x) {
-                const int s = e / HD, c = e - s * HD, at = (pos0 + s) % a.ring;
-                rs->keys[at * HD + c] = gk[(size_t)at * d + c];
-                rs->values[at * HD + c] = gv[(size_t)at * d + c];
-            }
-            if (threadIdx.x < steps) rs->positions[(pos0 + threadIdx.x) % a.ring] = pos0 + threadIdx.x;
-            __syncthreads();
-            keys = (const unit *)rs->keys + li, values = (const unit *)rs->values + li, positions = rs->positions;
-            stride4 = HD / 4;
-        }
+        const size_t base = (size_t)slot * a.slot_stride;
+        const int32_t pos0 = rw.pos0[r], *positions = a.positions + base;
+        const unit *keys = (const unit *)(slot_ring<T>(w.keys, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
+        const unit *values = (const unit *)(slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
         const int share = (a.ring + TR_WARPS - 1) / TR_WARPS;
         const int j_begin = warp * share, j_end = min(a.ring, j_begin + share);
-        onepass_span<GPU_TR_MAX_STEPS, T, true>(keys, values, positions, 0, a.ring, j_begin, j_end, stride4, q, steps,
-                                                pos0, a.context, 1.0f / sqrtf((float)HD), acc, m, l);
+        onepass_span<GPU_TR_MAX_STEPS, T, true>(keys, values, positions, 0, a.ring, j_begin, j_end, d4, q, steps, pos0,
+                                                a.context, 1.0f / sqrtf((float)GPU_ATT_ONEPASS_HD), acc, m, l);
     }
     // the halves, then the warps in order (as the one-pass kernel); a padding row gives zeros
     onepass_store_warp<GPU_TR_MAX_STEPS>(steps, m, l, acc, sm_m[warp], sm_l[warp], sm_acc[warp][0]);
@@ -430,10 +370,6 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
     float *red = outv + us;                                // (units, S)
     float *wo = red + us;                                  // (TR_WO_ROWS, TR_WO): stage 2's out_proj columns
     __shared__ struct tr_rows rw;
-    struct tr_ring<T> ring_sm;                             // A.ring_smem: stage 2's ring (tr_ring_fetch)
-    ring_sm.keys = (T *)(wo + (size_t)min(d / A.split_wo, TR_WO_ROWS) * TR_WO);
-    ring_sm.values = ring_sm.keys + (size_t)a.ring * GPU_ATT_ONEPASS_HD;
-    ring_sm.positions = (int32_t *)(ring_sm.values + (size_t)a.ring * GPU_ATT_ONEPASS_HD);
     unsigned stage = 0;  // barriers passed
     float4 wv[4] = {};
     tr_load(A.qkv, A.layers[0].in_proj, wv);
@@ -455,10 +391,6 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         }
     int cur = 0;  // t.x[cur]: the residual stream
     const int items = a.R * a.n_heads * A.split_wo, wo_rows = d / A.split_wo;
-    // this block's item's slot and head, when its ring comes through shared memory
-    const int ring_slot = A.ring_smem && blockIdx.x < items ? rw.slot[blockIdx.x / A.split_wo / a.n_heads] : -1;
-    const int ring_head = blockIdx.x / A.split_wo % a.n_heads;
-    if (ring_slot >= 0) tr_ring_fetch<T>(a, A.layers[0], ring_slot, ring_head, ring_sm.keys, ring_sm.values, ring_sm.positions);
     const size_t ystride = (size_t)S * d;  // between the heads' parts of the out-projection
     for (int l = 0; l < n_layers; l++) {
         const struct op_tr_layer &w = A.layers[l];
@@ -483,12 +415,10 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
                 tr_stage_wo(w.out_proj, d, item / A.split_wo % a.n_heads, item % A.split_wo * wo_rows,
                             min(wo_rows, TR_WO_ROWS), wo);
             }
-            tr_attend<T>(a, w, A.split_wo, item, rw, ring_slot >= 0 ? &ring_sm : NULL, wo, t.part);
+            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part);
         }
         grid_arrive(t.barrier);
         tr_load(A.ff1, w.linear1, wv);
-        if (ring_slot >= 0 && l + 1 < n_layers)  // the walk is done with the copy
-            tr_ring_fetch<T>(a, A.layers[l + 1], ring_slot, ring_head, ring_sm.keys, ring_sm.values, NULL);
         ch = tr_chan_load(w.norm2_w, w.norm2_b, w.scale1, d);
         grid_wait(t.barrier, ++stage);
         // 3. x += scale1 * y, LN2, gelu(linear1) -> ff
@@ -550,19 +480,9 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
     A.ff2 = lin_for(d, f, blocks);
     A.units = max(lin_units(A.qkv), max(lin_units(A.ff1), lin_units(A.ff2)));
     const size_t us = ((size_t)A.units * S + 3) & ~(size_t)3;
-    size_t smem = sizeof(float) * ((size_t)S * (d > f ? d : f) + 2 * us + (size_t)min(d / A.split_wo, TR_WO_ROWS) * TR_WO);
+    const size_t smem = sizeof(float) * ((size_t)S * (d > f ? d : f) + 2 * us + (size_t)min(d / A.split_wo, TR_WO_ROWS) * TR_WO);
     void (*kernel)(const struct tr_args) =
         S <= 2 ? (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, 2> : transformer_kernel<float, 2>)
                : (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, GPU_TR_MAX_ROWS> : transformer_kernel<float, GPU_TR_MAX_ROWS>);
-    // stage 2's rings through shared memory where every item has its own block and the copy fits
-    // beside the kernel's static shared memory
-    const size_t ring = a->kv_bf16 ? tr_ring_bytes<__nv_bfloat16>(a->ring) : tr_ring_bytes<float>(a->ring);
-    struct cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) return launch_status(ex, "transformer (attributes)");
-    if (a->R * a->n_heads * A.split_wo <= blocks &&
-        fa.sharedSizeBytes + smem + ring <= (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)) {
-        A.ring_smem = 1;
-        smem += ring;
-    }
     return grid_launch(kernel, blocks, TR_THREADS, smem, A, ex, "transformer");
 }
