@@ -30,6 +30,11 @@
 #define RM_NT (RM_TILE / 8)                       // column groups of 8
 #define RM_ROWS (RM_TILE + GPU_RESBLOCK_K - 1)    // window rows
 
+// Blocks an SM holds: four at 128 channels, whose y pass then takes its columns in two halves
+// (to fit 64 registers), two at 256 (shared memory bounds it).
+#define RM_BLOCKS(C) ((C) == 128 ? 4 : 2)
+#define RM_HALVES(C) ((C) == 128 ? 2 : 1)
+
 template <int C>
 struct rm_geom {
     static constexpr int HID = C / 2, KK = GPU_RESBLOCK_K * C;
@@ -40,7 +45,7 @@ struct rm_geom {
 };
 
 template <int C>
-static __global__ void __launch_bounds__(RM_THREADS, C == 128 ? 3 : 2) resblock_mma_kernel(const struct op_resblock_mma a) {
+static __global__ void __launch_bounds__(RM_THREADS, RM_BLOCKS(C)) resblock_mma_kernel(const struct op_resblock_mma a) {
     typedef rm_geom<C> G;
     constexpr int HID = G::HID, KK = G::KK, XP = G::XP, HP = G::HP;
     extern __shared__ __align__(16) unsigned char rm_smem[];
@@ -88,34 +93,39 @@ static __global__ void __launch_bounds__(RM_THREADS, C == 128 ? 3 : 2) resblock_
     }
     __syncthreads();
 
-    // y: in passes of 128 outputs, warp w takes outputs 16 m .. + 15 over every column
+    // y: in passes of 128 outputs, warp w takes outputs 16 m .. + 15 over every column (in
+    // RM_HALVES(C) parts of NT column groups)
+    constexpr int NT = RM_NT / RM_HALVES(C);
     const size_t cs = (size_t)R * T;
     const __nv_bfloat16 *hb = ldmatrix_lane<HP>(hs);
 #pragma unroll 1
     for (int m = w; m < C / 16; m += RM_WARPS) {
-        float acc[RM_NT][4] = {};
-        mma_rows<HID / 16, RM_NT, HP>(acc, (const uint4 *)a.w2f + m * 32 + lane, (size_t)(C / 16) * 32,
-                                      [&](int kt) { return hb + 16 * kt; });
-        // acc[n][e]: output 16 m + g + 8 (e >> 1), column 8n + 2q + (e & 1); x's loads of half the
-        // columns in flight together, then the stores
         const int o = 16 * m + g;
         const float b_lo = a.w2[(size_t)o * a.ld2 + HID], b_hi = a.w2[(size_t)(o + 8) * a.ld2 + HID];
-        const size_t at = ((size_t)o * R + r) * T + t0 + 2 * q;
+#pragma unroll 1
+        for (int c0 = 0; c0 < RM_TILE; c0 += 8 * NT) {
+            float acc[NT][4] = {};
+            mma_rows<HID / 16, NT, HP>(acc, (const uint4 *)a.w2f + m * 32 + lane, (size_t)(C / 16) * 32,
+                                       [&](int kt) { return hb + c0 * HP + 16 * kt; });
+            // acc[n][e]: output 16 m + g + 8 (e >> 1), column c0 + 8n + 2q + (e & 1); x's loads of
+            // half the columns in flight together, then the stores
+            const size_t at = ((size_t)o * R + r) * T + t0 + c0 + 2 * q;
 #pragma unroll
-        for (int n0 = 0; n0 < RM_NT; n0 += RM_NT / 2) {
-            float2 x[RM_NT / 2][2];
+            for (int n0 = 0; n0 < NT; n0 += NT / 2) {
+                float2 x[NT / 2][2];
 #pragma unroll
-            for (int n = 0; n < RM_NT / 2; n++)
+                for (int n = 0; n < NT / 2; n++)
 #pragma unroll
-                for (int hi = 0; hi < 2; hi++) x[n][hi] = __ldg((const float2 *)(in.x + at + hi * 8 * cs + 8 * (n0 + n)));
+                    for (int hi = 0; hi < 2; hi++) x[n][hi] = __ldg((const float2 *)(in.x + at + hi * 8 * cs + 8 * (n0 + n)));
 #pragma unroll
-            for (int n = 0; n < RM_NT / 2; n++)
+                for (int n = 0; n < NT / 2; n++)
 #pragma unroll
-                for (int hi = 0; hi < 2; hi++) {
-                    const float b = hi ? b_hi : b_lo;
-                    __stcs((float2 *)(a.y + at + hi * 8 * cs + 8 * (n0 + n)),
-                           make_float2(x[n][hi].x + (acc[n0 + n][2 * hi] + b), x[n][hi].y + (acc[n0 + n][2 * hi + 1] + b)));
-                }
+                    for (int hi = 0; hi < 2; hi++) {
+                        const float b = hi ? b_hi : b_lo;
+                        __stcs((float2 *)(a.y + at + hi * 8 * cs + 8 * (n0 + n)),
+                               make_float2(x[n][hi].x + (acc[n0 + n][2 * hi] + b), x[n][hi].y + (acc[n0 + n][2 * hi + 1] + b)));
+                    }
+            }
         }
     }
 }
