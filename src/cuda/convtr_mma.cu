@@ -42,8 +42,11 @@ static __device__ __forceinline__ float2 input_pair(const struct op_convtr_mma &
     return a.elu ? make_float2(elu_bf16(x0), elu_bf16(x1)) : make_float2(x0, x1);
 }
 
+// Blocks an SM holds: three for the S 4 upsampling (64 KB of shared memory each), two for S 5.
+#define CT_BLOCKS(CIN) ((CIN) == 128 ? 3 : 2)
+
 template <int CIN, int COUT, int S, int TILE>
-static __global__ void __launch_bounds__(CT_THREADS, 2) convtr_mma_kernel(const struct op_convtr_mma a) {
+static __global__ void __launch_bounds__(CT_THREADS, CT_BLOCKS(CIN)) convtr_mma_kernel(const struct op_convtr_mma a) {
     typedef ct_geom<CIN, COUT, S, TILE> G;
     constexpr int XP = G::XP, OP = G::OP, NT = G::NT, KT = G::KK / 16, MT = G::M / 16;
     extern __shared__ __align__(16) unsigned char ct_smem[];
