@@ -4,9 +4,11 @@
  * level: 128 channels over 480 steps a frame and 256 over 96. There im2col, two products and an
  * ELU pass wrote and read again about 4.5 times the block's input per step (at 2048 rows on an
  * H200: 1.23 ms for the 128-channel level, 0.54 for the 256 one, in each direction); this kernel
- * reads x once (with a two-column halo) and writes y once: 0.92 and 0.42 ms. That is still about
- * four times the 128-channel level's memory floor (1 GB at 4.3 TB/s): a block's window loads,
- * products and stores run one after another, and a step's B loads wait on each other's products.
+ * reads x once (with a two-column halo) and writes y once: 0.92 and 0.42 ms, and 0.76 ms for the
+ * 128-channel level at four blocks an SM instead of three. That is still about three times its
+ * memory floor (1 GB at 4.3 TB/s): a block's window loads, products and stores run one after
+ * another, and Nsight Compute found the kernel waiting on its global loads with too few warps
+ * (no warp eligible in 69% of cycles at three blocks an SM).
  *
  * A block takes one tile: RM_TILE columns of one row, 8 warps.
  * - window: xs (RM_ROWS, XP) bf16, row u = [history | elu(x)] column t0 + u of every channel
@@ -19,7 +21,7 @@
  *   the same weights). h = bf16(elu(h + b1)) goes to hs (RM_TILE, HP), hidden contiguous.
  * - y = x + (b2 + W2 . h), the same way over hs, in passes of 128 outputs (a warp 16 of them
  *   over all columns); x read and y written as 8-byte pieces from the accumulators.
- * Shared memory (C = 128 / 256): 40.5 / 77.8 KB; three / two blocks an SM (registers bound it).
+ * Shared memory (C = 128 / 256): 40.5 / 77.8 KB; four / two blocks an SM (RM_BLOCKS).
  */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
