@@ -84,8 +84,9 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // The whole conv in one kernel, for products too small to fill the chip through cuBLAS (one
 // stream's SEANet): y[o, r, t] = g(bias[o] + sum_{i,k} w[o*ld + i*K + k] xin(i, r, t*S + k)),
 // plus the old y[o, r, t] when `accumulate` (the resblock's residual), g = ELU when `post_elu`;
-// with `elu_out` the stored value is then ELU'd (a small step's decoder resblock whose output
-// only feeds the ELU before a transposed conv: that pass, a launch of its own, is folded here).
+// with `elu_out` the stored value is then ELU'd (a small step's decoder conv, or resblock, whose
+// output only feeds the ELU before a transposed conv: that pass, a launch of its own, is folded
+// here).
 // The input side (x, history, f, padding rows) is `in`'s, as for im2col; in.col and in.ones are
 // unused. The history is not carried: with `tail` set, the kernel's blocks (not the narrow
 // kernel's) also stage the newest H columns of [hist | f(x)] there as (c_in, R, H), and the

@@ -608,10 +608,6 @@ static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *
     return g->elu;
 }
 
-// y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
-// a dense one's product in bfloat16 (bf16_product) with W16, W in bf16, and f(x) converted to
-// bf16 first (one pass), else f applied to x in place; or, with Wf (W in op_convtr_mma's
-// fragments) where it fits, op_convtr_mma.
 // How plan_convtr runs a transposed conv over T steps per row (Wf: its op_convtr_mma weights or
 // NULL): one direct kernel, one op_convtr_mma, or a product (of bf16 operands, its input
 // converted first) and the overlap-add.
@@ -631,6 +627,10 @@ static int convtr_elu_pass(const struct builder *B, const struct mimi_conv *c, c
     return f == CONVTR_DIRECT || f == CONVTR_PRODUCT;
 }
 
+// y (c_out, R, S*T) = convtr(f(x (c_in, R, T))), f = ELU when `elu`, carrying each slot's tail;
+// a dense one's product in bfloat16 (bf16_product) with W16, W in bf16, and f(x) converted to
+// bf16 first (one pass), else f applied to x in place; or, with Wf (W in op_convtr_mma's
+// fragments) where it fits, op_convtr_mma.
 static void plan_convtr(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16,
                         const float *Wf, const float *bias, float *x, float *y, int T, float *tail, int elu) {
     const int K = c->kernel, S = c->stride, N = B->R * T, dense = c->groups == 1;
@@ -764,7 +764,7 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV: {
-            // the ELU before a transposed conv after it may ride in its kernel
+            // an ELU then a transposed conv next: the ELU may ride in this conv's kernel
             const int elu_next = i + 2 < s->n_layers && s->layers[i + 1].kind == SEANET_ELU &&
                                  s->layers[i + 2].kind == SEANET_CONVTR &&
                                  convtr_elu_pass(B, &s->layers[i + 2].conv, w[i + 2].wf, T / c->stride);
