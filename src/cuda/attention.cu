@@ -74,7 +74,9 @@ static size_t att_smem(const struct op_attention *a) {
 static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const struct op_attention a, int parts) {
     pdl_begin();
     extern __shared__ float4 smem4[];
-    const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, hd = a.head_dim, d = a.d, ring = a.ring;
+    int r, h;
+    block_row_head(a.n_heads, r, h);
+    const int steps = a.steps, hd = a.head_dim, d = a.d, ring = a.ring;
     const int hd4 = hd / 4, per = steps * hd4;
     float *q = (float *)smem4, *prob = q + align4((size_t)steps * hd);
     float4 *part = (float4 *)(prob + align4((size_t)steps * ring));
@@ -221,7 +223,9 @@ static __global__ void __launch_bounds__(32 * ATTF_BLOCK_WARPS(PIPE), ATTF_MIN_B
     __shared__ float sm_m[W][MAXS], sm_l[W][MAXS];
     __shared__ float4 sm_acc[W][MAXS][ATTF_HD / 4];
     // this block's queries: steps s0 .. s0 + steps - 1 of the row
-    const int r = blockIdx.x, h = blockIdx.y, s0 = blockIdx.z * MAXS, steps = min(MAXS, a.steps - s0);
+    int r, h;
+    block_row_head(a.n_heads, r, h);
+    const int s0 = blockIdx.z * MAXS, steps = min(MAXS, a.steps - s0);
     const int d = a.d, ring = a.ring;
     const int warp = threadIdx.x / 32, li = threadIdx.x % 16;
     const int slot = a.row_slot[r];  // (set by the step's input copy, before any kernel)
@@ -306,7 +310,7 @@ static int rope_apart(const struct op_attention *a, struct op_attention *b, stru
 }
 
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
-    dim3 grid(a->R, a->n_heads);
+    dim3 grid = row_head_grid(a->R, a->n_heads, 1);
     struct op_attention b = *a;
     if (attention_tiled_fits(a)) {
         // long steps (whole-signal passes): tiles of queries, after the rotation and KV store;

@@ -16,6 +16,15 @@ static __device__ __forceinline__ T *slot_ring(void *ring, size_t slot_stride, i
     return (T *)((char *)ring + sizeof(float) * slot_stride * (size_t)slot);
 }
 
+// A block's row and head. A row's heads are consecutive blocks (grid x: R * n_heads, from
+// row_head_grid), so the blocks resident together read whole ring entries (a row's heads side by
+// side) instead of one head's 128 or 256 bytes of each of many rows' entries.
+static __device__ __forceinline__ void block_row_head(int n_heads, int &r, int &h) {
+    r = blockIdx.x / n_heads;
+    h = blockIdx.x - r * n_heads;
+}
+static inline dim3 row_head_grid(int R, int n_heads, int z) { return dim3((unsigned)R * (unsigned)n_heads, 1, z); }
+
 // Four consecutive ring values as f32: one 16-byte load (f32) or one 8-byte load (bfloat16,
 // whose bits are the high half of the f32 they stand for).
 template <typename T> struct ring4;
@@ -36,7 +45,7 @@ template <> struct ring4<__nv_bfloat16> {
 // ---- long steps (attention_tiled.cu, attention_mma.cu) ----
 
 // A tiled block's share: query steps s0 .. s0 + nq - 1 (TQ a block) of row r and head h (grid
-// (R, n_heads, ceil(steps / TQ))), out at the first one's head columns; its slot's position
+// row_head_grid(R, n_heads, ceil(steps / TQ))), out at the first one's head columns; its slot's position
 // ring, first visible position and span of positions (context + nq - 1), and its head's key and
 // value rows. A padding row's block writes its zeros and gets false.
 template <typename T> struct tiled_block {
@@ -49,7 +58,8 @@ template <typename T> struct tiled_block {
 
 template <typename T, int TQ, int HD>
 static __device__ __forceinline__ bool tiled_block_init(const struct op_attention &a, tiled_block<T> &b) {
-    b.r = blockIdx.x, b.h = blockIdx.y, b.s0 = blockIdx.z * TQ, b.nq = min(TQ, a.steps - b.s0);
+    block_row_head(a.n_heads, b.r, b.h);
+    b.s0 = blockIdx.z * TQ, b.nq = min(TQ, a.steps - b.s0);
     b.slot = a.row_slot[b.r];
     b.out = a.out + ((size_t)b.r * a.steps + b.s0) * a.d + (size_t)b.h * HD;
     if (b.slot < 0) {

@@ -132,7 +132,7 @@ static __device__ __forceinline__ void store_rows(float (&l)[2], const float (&o
     }
 }
 
-// Grid (R, n_heads, ceil(steps / TQ)); attention_tiled_kernel's positions and visibility.
+// Grid row_head_grid(R, n_heads, ceil(steps / TQ)); attention_tiled_kernel's positions and visibility.
 static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const struct op_attention a) {
     pdl_begin();
     extern __shared__ uint4 am_smem16[];
@@ -190,13 +190,16 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
 #define AS_TILE (AS_TK * AM_LD)
 #define AS_SMEM (sizeof(__nv_bfloat16) * 4 * AS_TILE + sizeof(int32_t) * 2 * AS_TK)
 
-// Grid (R, n_heads), one warp: this (row, head)'s queries against every entry of its ring.
+// Grid row_head_grid(R, n_heads, 1), one warp: this (row, head)'s queries against every entry
+// of its ring.
 static __global__ void __launch_bounds__(32) attention_mma_short_kernel(const struct op_attention a) {
     extern __shared__ uint4 as_smem16[];
     __nv_bfloat16 *kv = (__nv_bfloat16 *)as_smem16;  // buffer b: keys at 2b, values at 2b + 1 (AS_TILE each)
     int32_t *kpos = (int32_t *)(kv + 4 * AS_TILE);     // buffer b: AS_TK positions at b * AS_TK (-1: none)
     pdl_begin();
-    const int r = blockIdx.x, h = blockIdx.y, steps = a.steps, d = a.d, ring = a.ring;
+    int r, h;
+    block_row_head(a.n_heads, r, h);
+    const int steps = a.steps, d = a.d, ring = a.ring;
     const int lane = threadIdx.x, g = lane >> 2, slot = a.row_slot[r];
     float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
     if (slot < 0) {
@@ -255,7 +258,7 @@ int attention_mma_short_fits(const struct op_attention *a) {
 }
 
 int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex) {
-    pdl_launch(attention_mma_short_kernel, dim3(a->R, a->n_heads), 32, AS_SMEM, ex, *a);
+    pdl_launch(attention_mma_short_kernel, row_head_grid(a->R, a->n_heads, 1), 32, AS_SMEM, ex, *a);
     return launch_status(ex, "attention");
 }
 
@@ -267,7 +270,7 @@ int attention_mma_fits(const struct op_attention *a) {
 }
 
 int attention_mma(const struct op_attention *a, struct gpu_exec *ex) {
-    pdl_launch(attention_mma_kernel, dim3(a->R, a->n_heads, (a->steps + AM_TQ - 1) / AM_TQ), AM_THREADS, AM_SMEM, ex,
-               *a);
+    pdl_launch(attention_mma_kernel, row_head_grid(a->R, a->n_heads, (a->steps + AM_TQ - 1) / AM_TQ), AM_THREADS,
+               AM_SMEM, ex, *a);
     return launch_status(ex, "attention");
 }

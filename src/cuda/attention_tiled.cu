@@ -44,7 +44,7 @@ template <> struct ring8<__nv_bfloat16> {
     }
 };
 
-// Grid (R, n_heads, ceil(steps / TQ)). Query step s (absolute position pos0 + s) sees key
+// Grid row_head_grid(R, n_heads, ceil(steps / TQ)). Query step s (absolute position pos0 + s) sees key
 // position p when positions[p % ring] == p and 0 <= pos0 + s - p < context, the ring rule of
 // attention.cu read by position: with ring >= context + steps - 1 an entry that does not hold p
 // holds an older position outside every query's window, or none. The block's queries see
@@ -185,6 +185,7 @@ int attention_tiled(const struct op_attention *a, struct gpu_exec *ex) {
         a->kv_bf16 ? attention_tiled_kernel<__nv_bfloat16> : attention_tiled_kernel<float>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATT_SMEM) != cudaSuccess)
         return launch_status(ex, "attention (shared memory)");
-    pdl_launch(kernel, dim3(a->R, a->n_heads, (a->steps + ATT_TQ - 1) / ATT_TQ), ATT_THREADS, ATT_SMEM, ex, *a);
+    pdl_launch(kernel, row_head_grid(a->R, a->n_heads, (a->steps + ATT_TQ - 1) / ATT_TQ), ATT_THREADS, ATT_SMEM, ex,
+               *a);
     return launch_status(ex, "attention");
 }
