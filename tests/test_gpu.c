@@ -468,7 +468,8 @@ static void resblock_last_case(int precision, int T) {
     for (int fused = 0; fused < 2; fused++) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dout, 0xFF, sizeof(float) * R * T);  // NaN: every output must be written
-        struct op_resblock rb = {in, dw, dw + n1, dy, HID, fused, {dw + n1 + n2, dout, dstate + C * (K - 1), dedges}};
+        struct op_resblock rb = {in, dw, dw + n1, dy, HID, fused, {dw + n1 + n2, dout, dstate + C * (K - 1), dedges},
+                                 0, {{0}, NULL, 0}};
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) {
             struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL, 0};
@@ -495,6 +496,95 @@ static void resblock_last_case(int precision, int T) {
     }
     cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dstate), cudaFree(dout), cudaFree(dedges), cudaFree(drs);
     free(x), free(w), free(state), free(out[0]), free(out[1]), free(hist[0]), free(hist[1]);
+}
+
+// The encoder's first conv inside the top resblock's kernel (op_resblock.first) against the same
+// resblock over x computed here (each output's taps in ascending order from zero, then the bias,
+// the order the kernel takes), then the carries of both histories: 3 rows (a padding row among
+// them, one slot with histories, one fresh) of T samples. In every precision both read the same
+// x: the outputs and the histories must agree bit for bit.
+static void resblock_first_case(int precision, int T) {
+    enum { R = 3, C = 64, HID = 32, K = 3, KF = 7, LD = 8 };
+    // a slot: the resblock's history (C, K - 1), the first conv's (KF - 1), its started flag at 256
+    const size_t stride = 260, nx = (size_t)C * R * T, n1 = (size_t)(C * K + 1) * HID, n2 = (size_t)(HID + 1) * C;
+    float *pcm = malloc(sizeof(float) * R * T), *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * (n1 + n2));
+    float *wf = malloc(sizeof(float) * C * LD), *state = calloc(2 * stride, sizeof(float));
+    float *y[2] = {malloc(sizeof(float) * nx), malloc(sizeof(float) * nx)};
+    float *hist[2] = {calloc(2 * stride, sizeof(float)), calloc(2 * stride, sizeof(float))};
+    float *dpcm = NULL, *dx = NULL, *dy = NULL, *dw = NULL, *dwf = NULL, *dstate = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, -1, 0};
+    CHECK(pcm && x && w && wf && state && y[0] && y[1] && hist[0] && hist[1]);
+    CHECK_EQ(cudaMalloc((void **)&dpcm, sizeof(float) * R * T), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * (n1 + n2)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dwf, sizeof(float) * C * LD), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!pcm || !x || !w || !wf || !state || !y[0] || !y[1] || !hist[0] || !hist[1] || !dpcm || !dx || !dy || !dw ||
+        !dwf || !dstate || !drs)
+        return;
+    for (int i = 0; i < R * T; i++) pcm[i] = 2.0f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < n1 + n2; i++) w[i] = 0.3f * (test_rng_float() - 0.5f);
+    for (int i = 0; i < C * LD; i++) wf[i] = i % LD <= KF ? test_rng_float() - 0.5f : 0.0f;
+    for (int i = 0; i < C * (K - 1) + KF - 1; i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's histories
+    ((int32_t *)state)[256] = 0, ((int32_t *)state)[stride + 256] = 1;
+    // x = the first conv over [history | pcm], as the kernel sums it
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                float acc = 0.0f;
+                for (int k = 0; k < KF; k++) {
+                    const int j = t - (KF - 1) + k;
+                    const float v = j >= 0 ? pcm[r * T + j] : row_slot[r] < 0 ? 0.0f
+                                                              : state[row_slot[r] * stride + C * (K - 1) + KF - 1 + j];
+                    acc = fmaf(wf[c * LD + k], v, acc);
+                }
+                x[((size_t)c * R + r) * T + t] = acc + wf[c * LD + KF];
+            }
+    cudaMemcpy(dpcm, pcm, sizeof(float) * R * T, cudaMemcpyHostToDevice);
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof(float) * (n1 + n2), cudaMemcpyHostToDevice);
+    cudaMemcpy(dwf, wf, sizeof(float) * C * LD, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, precision, msg, sizeof msg, 0, NULL, NULL, 0};
+    const int fast_elu = precision == MIMI_PRECISION_FAST_BF16;
+    const int32_t *started = (const int32_t *)(dstate + 256);
+    const struct op_im2col in = {dx, NULL, dstate, started, drs, stride, C, K, 1, K - 1, T, R, 1, 0, 0, 0, fast_elu};
+    const struct op_im2col pin = {dpcm, NULL, dstate + C * (K - 1), started, drs, stride, 1, KF, 1, KF - 1, T, R,
+                                  0, 0, 0, 0, fast_elu};
+    for (int fused = 0; fused < 2; fused++) {
+        cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+        cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
+        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, fused, {pin, dwf, LD}};
+        if (fused) rb.in.x = NULL;
+        CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
+        if (!fused) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
+        CHECK_EQ(mimi_cuda_carry(&pin, &ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(y[fused], dy, sizeof(float) * nx, cudaMemcpyDeviceToHost);
+        cudaMemcpy(hist[fused], dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+    }
+    size_t differ = 0, hist_differ = 0, nans = 0;
+    for (size_t i = 0; i < nx; i++) {
+        const size_t r = i / T % R;
+        if (row_slot[r] < 0) continue;  // a padding row's output is not defined
+        differ += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0, nans += y[1][i] != y[1][i];
+    }
+    for (size_t i = 0; i < 2 * stride; i++) hist_differ += memcmp(&hist[0][i], &hist[1][i], sizeof(float)) != 0;
+    printf("  resblock with the first conv (precision %d, T %d) vs resblock over x, carries: %zu of %zu outputs "
+           "differ, %zu history values differ, %zu NaN %s\n", precision, T, differ, nx / R * 2, hist_differ, nans, msg);
+    CHECK_EQ(differ, 0);
+    CHECK_EQ(hist_differ, 0);
+    CHECK_EQ(nans, 0);
+    // the kernel refuses a first conv it does not take
+    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD}};
+    bad.first.in.K = bad.first.in.H + 2;
+    CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
+    cudaFree(dpcm), cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dwf), cudaFree(dstate), cudaFree(drs);
+    free(pcm), free(x), free(w), free(wf), free(state), free(y[0]), free(y[1]), free(hist[0]), free(hist[1]);
 }
 
 // op_resblock_mma against its definition computed here (the window, weights and h rounded to
@@ -757,6 +847,12 @@ static void test_bf16_operands(void) {
     resblock_last_case(MIMI_PRECISION_FAST, 1920);       // 15 whole tiles a row
     resblock_last_case(MIMI_PRECISION_FAST, 1924);       // and a last tile of 4 columns
     resblock_last_case(MIMI_PRECISION_FAST_BF16, 1920);
+    for (int p = 0; p < 3; p++) {
+        const int precision[3] = {MIMI_PRECISION_STRICT, MIMI_PRECISION_FAST, MIMI_PRECISION_FAST_BF16};
+        resblock_first_case(precision[p], 1920);  // 15 whole tiles a row
+        resblock_first_case(precision[p], 200);   // and a last tile of 72 columns
+        resblock_first_case(precision[p], 8);     // the carried columns read the PCM's history
+    }
     resblock_mma_case(128, 480);  // the two levels it takes in Mimi
     resblock_mma_case(256, 96);
     resblock_mma_case(128, 192);  // two tiles a row

@@ -119,7 +119,31 @@ static void emu_last_conv(const struct op_resblock *a, const float *y) {
     emu_carry(&in);
 }
 
+// x (c, R, T) of op_resblock.first: its conv over [history | PCM].
+static float *emu_first_conv(const struct op_resblock *a) {
+    const struct gpu_first_conv *f = &a->first;
+    const int c = a->in.c_in, R = a->in.R, T = a->in.T, K = f->in.K;
+    float *x = malloc(sizeof(float) * c * R * T);
+    for (int o = 0; o < c; o++)
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) {
+                float v = 0.0f;
+                for (int k = 0; k < K; k++) v += f->w[(size_t)o * f->ld + k] * xin(&f->in, 0, r, t + k);
+                x[((size_t)o * R + r) * T + t] = v + f->w[(size_t)o * f->ld + K];
+            }
+    return x;
+}
+
 static void emu_resblock(const struct op_resblock *a) {
+    if (a->has_first) {  // the block over x, then the history's carry (the kernel's second launch)
+        struct op_resblock b = *a;
+        b.has_first = 0;
+        b.in.x = emu_first_conv(a);
+        emu_resblock(&b);
+        emu_carry(&b.in);
+        free((float *)b.in.x);
+        return;
+    }
     const struct op_im2col *in = &a->in;
     const int c = in->c_in, K = in->K, ck = c * K;
     float *y = a->has_last ? malloc(sizeof(float) * c * in->R * in->T) : a->y;
@@ -696,6 +720,13 @@ static int count_elu(const struct gpu_plan *p, int *folded) {
     return n;
 }
 
+// Resblocks that run the encoder's first conv too (op_resblock.first).
+static int count_first(const struct gpu_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == GOP_RESBLOCK && p->ops[i].u.resblock.has_first;
+    return n;
+}
+
 // Resblocks that run the decoder's last conv too (op_resblock.last), and narrow convs.
 static int count_last(const struct gpu_plan *p, int *narrow) {
     int n = 0;
@@ -798,6 +829,8 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK), 1);  // the 64-channel level
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK), 1);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
+    CHECK_EQ(count_first(&enc.plans[WIDE]), 1);  // the encoder's first conv rides in it
+    CHECK_EQ(count_first(&dec.plans[WIDE]), 0);
     // and no ELU pass in the decoder: the ELU before each of its four transposed convs is
     // applied by the kernel before it (the first conv's product, the resblocks' last convs)
     int folded;

@@ -150,6 +150,15 @@ int mimi_cuda_tails(const struct op_tails *a, struct gpu_exec *ex);
 // `edges`; a second launch completes each tile's first two outputs from those and the tile
 // before (or the history) and carries each row's last two columns into its slot's history. It
 // takes T % 4 == 0 and a last tile of at least two columns (GPU_RESBLOCK_LAST_FITS).
+//
+// With `first` (the encoder's top level) the SEANet's first conv, one input channel, stride 1,
+// K <= GPU_FIRST_MAX_K, rides in the kernel too: x = b + sum_k w[k] [first hist | pcm](r, t + k)
+// is computed from the step's PCM wherever the block reads x (the window, the residual), in.x
+// is unused, and x is never stored (it was 1 GB written and read again per 2048-stream step).
+// in.hist still holds elu(x) of the columns before the step: a second launch computes the row's
+// last two columns of x once more and carries them there. The PCM's own history is not carried
+// (a GOP_CARRY over first.in follows). It takes T % 4 == 0 and 16-byte aligned PCM rows and y.
+#define GPU_FIRST_MAX_K 8
 #define GPU_RESBLOCK_K 3
 #define GPU_RESBLOCK_TILE 128
 #define GPU_RESBLOCK_FITS(c, hid) ((c) == 64 && (hid) == 32)
@@ -161,6 +170,11 @@ struct gpu_last_conv {
     float *hist;     // slot 0's history (c, K - 1): e(y) of the columns before the step
     float *edges;    // (R, T / GPU_RESBLOCK_TILE tiles, 4, c)
 };
+struct gpu_first_conv {
+    struct op_im2col in;  // the PCM (1, R, T) and its history: c_in = 1, S = 1, H = K - 1, elu = 0
+    const float *w;       // (c, ld): output o's K taps, then its bias
+    int ld;
+};
 struct op_resblock {
     struct op_im2col in;  // in.c_in = c, in.K = GPU_RESBLOCK_K, in.S = 1, in.elu = 1, not replicate
     const float *w1t, *w2t;
@@ -168,6 +182,8 @@ struct op_resblock {
     int hid;
     int has_last;
     struct gpu_last_conv last;
+    int has_first;  // (not with has_last)
+    struct gpu_first_conv first;
 };
 int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
 

@@ -685,6 +685,20 @@ static int last_fits(const struct builder *B, const struct mimi_conv *c, int c_i
            GPU_RESBLOCK_EDGES(c_in, T) <= B->L->edges_per_row;
 }
 
+// How plan_resblock runs a block over T steps per row: two direct kernels (small steps), one
+// op_resblock_mma (FAST_BF16, below the top level), one op_resblock, or im2col and two products.
+enum resblock_form { RESBLOCK_DIRECT, RESBLOCK_MMA, RESBLOCK_KERNEL, RESBLOCK_PRODUCTS };
+static enum resblock_form resblock_form(const struct builder *B, const struct seanet_layer *l,
+                                        const struct gpu_conv_w *w, int T, int with_last) {
+    const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
+    if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) return RESBLOCK_DIRECT;
+    if (w->wf && !with_last && GPU_RESBLOCK_MMA_FITS(c, hid, T) && N >= B->L->mma_min_cols) return RESBLOCK_MMA;
+    if (w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
+        !l->conv.replicate_first)
+        return RESBLOCK_KERNEL;
+    return RESBLOCK_PRODUCTS;
+}
+
 // x (c, R, T) + conv1x1(elu(conv_k(elu(x)))): returns where the result is, x itself or `out`.
 // Small steps run two direct kernels; large ones one op_resblock (or, in FAST_BF16,
 // op_resblock_mma) kernel into `out` where its geometry fits, else im2col and two products, the
@@ -693,19 +707,23 @@ static int last_fits(const struct builder *B, const struct mimi_conv *c, int c_i
 // last_fits) the op_resblock kernel also runs that conv (weights last_w, history last_hist) and
 // `out` is its (R, T) output; *fused says whether it did. With `elu_out` (the block's output only
 // feeds an ELU) small steps apply that ELU in the last kernel; *elu_done says whether they did.
+// With `first` (first_fits: the block is an op_resblock) x is not there: the kernel computes it
+// from first's PCM.
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
                             float *x, float *out, int T, float *hist, const float *last_w, float *last_hist,
-                            int *fused, int elu_out, int *elu_done) {
+                            int *fused, int elu_out, int *elu_done, const struct gpu_first_conv *first) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
+    const enum resblock_form form = resblock_form(B, l, w, T, last_w != NULL);
     float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
     *fused = *elu_done = 0;
-    if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) {
+    if (first && form != RESBLOCK_KERNEL) B->rc = MIMI_EUNSUPPORTED;
+    if (form == RESBLOCK_DIRECT) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0, 0);
         *elu_done = plan_conv(B, &l->conv2, w->w2, NULL, 1, mid, x, T, 0, NULL, 0, 1, elu_out);
         return x;
     }
-    if (w->wf && !last_w && GPU_RESBLOCK_MMA_FITS(c, hid, T) && N >= B->L->mma_min_cols) {
+    if (form == RESBLOCK_MMA) {
         // FAST_BF16 below the top level: the block on bf16 tensor cores, out of place
         struct op_resblock_mma *rb = &emit(B, GOP_RESBLOCK_MMA, "resblock_mma")->u.resblock_mma;
         *rb = (struct op_resblock_mma){conv_input(B, &l->conv, x, T, 1, hist, 0), w->wf, w->w2f, w->w, w->w2,
@@ -713,11 +731,15 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
         return out;
     }
-    if (w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
-        !l->conv.replicate_first) {
+    if (form == RESBLOCK_KERNEL) {
         struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock")->u.resblock;
         *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
-                                  {NULL, NULL, NULL, NULL}};
+                                  {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}};
+        if (first) {  // its second launch carries the history
+            rb->has_first = 1;
+            rb->first = *first;
+            return out;
+        }
         if (last_w) {
             rb->has_last = *fused = 1;
             rb->y = NULL;
@@ -743,6 +765,21 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     return x;
 }
 
+// Whether layer i, a conv over the stack's input x, can ride in the op_resblock of the block
+// after it (op_resblock.first, writing y to `out`): one input channel, stride 1, K <=
+// GPU_FIRST_MAX_K, with a history, as many outputs as the block's channels, 16-byte rows.
+static int first_fits(const struct builder *B, const struct seanet *s, const struct gpu_conv_w *w, int i,
+                      const float *x, const float *out, int T) {
+    const struct mimi_conv *c = &s->layers[i].conv;
+    if (i + 1 >= s->n_layers || s->layers[i + 1].kind != SEANET_RESBLOCK || !B->L->st_conv[i] || !B->L->st_conv[i + 1])
+        return 0;
+    const struct seanet_layer *rb = &s->layers[i + 1];
+    return c->c_in == 1 && c->stride == 1 && c->groups == 1 && c->kernel <= GPU_FIRST_MAX_K &&
+           c->c_out == rb->conv.c_in && GPU_RESBLOCK_FITS(rb->conv.c_in, rb->conv.c_out) && T % 4 == 0 &&
+           (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
+           resblock_form(B, rb, &w[i + 1], T, 0) == RESBLOCK_KERNEL;
+}
+
 // Runs a SEANet stack over x (c_in, R, T); returns its output (c_out, R, T_out).
 static float *plan_seanet(struct builder *B, const struct seanet *s, const struct gpu_conv_w *w,
                           const float *x, int T) {
@@ -764,6 +801,19 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             else B->rc = MIMI_EUNSUPPORTED;
             break;
         case SEANET_CONV: {
+            if (!in && !pending_elu && first_fits(B, s, w, i, x, act[cur], T)) {
+                // the first conv and the resblock after it in one op_resblock; then the PCM's
+                // history is carried
+                const struct gpu_first_conv first = {conv_input(B, c, x, T, 0, mem, 0), w[i].w,
+                                                     gpu_conv_ld(c->kernel + 1)};
+                int fused, elu_done;
+                in = plan_resblock(B, &s->layers[i + 1], &w[i + 1], NULL, act[cur], T, state(B, B->L->st_conv[i + 1]),
+                                   NULL, NULL, &fused, 0, &elu_done, &first);
+                emit(B, GOP_CARRY, "carry")->u.im2col = first.in;
+                cur ^= 1;
+                i++;
+                break;
+            }
             // an ELU then a transposed conv next: the ELU may ride in this conv's kernel
             const int elu_next = i + 2 < s->n_layers && s->layers[i + 1].kind == SEANET_ELU &&
                                  s->layers[i + 2].kind == SEANET_CONVTR &&
@@ -794,7 +844,8 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                                      convtr_elu_pass(B, &nx->conv, w[i + 2].wf, T);
                 int fused, elu_done;
                 float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem, last ? w[i + 2].w : NULL,
-                                           last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused, elu_next, &elu_done);
+                                           last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused, elu_next, &elu_done,
+                                           NULL);
                 if (res != in) in = res, cur ^= 1;
                 if (fused) i += 2;
                 if (elu_done) i += 1;

@@ -63,6 +63,104 @@ static __device__ __forceinline__ float4 load4(const float *p, int n) {
 template <bool FAST>
 static __device__ __forceinline__ float elu_rb(float x) { return FAST ? elu_bf16(x) : elu_sel(x); }
 
+// ---- the encoder's first conv inside the block (op_resblock.first) ----
+//
+// A tile stages the PCM it needs, samples t0 - RB_PS_OFF .. t0 + RB_TILE - 1, in ps, and x is
+// computed from ps wherever the block reads it: the window, and the residual as it stores y.
+// Each output sums its taps in ascending order from zero, then adds the bias (the direct conv's
+// and the emulation's order); the weights are staged with zeros before the K taps, which add
+// exact zeros, so that every x takes 8 taps over the same 12 samples.
+#define RB_PS_OFF 12                // ps[u] holds sample t0 - RB_PS_OFF + u
+#define RB_PS (RB_TILE + RB_PS_OFF)
+#define RB_FW(C) (9 * (C))          // 8 taps per output, then the C biases
+
+// fw = op_resblock.first's weights: output c's K taps at 8c + 8 - K .., zeros before them, its
+// bias at 8C + c.
+template <int C>
+static __device__ __forceinline__ void stage_first_weights(float *fw, const struct gpu_first_conv &f) {
+    const int K = f.in.K;
+    for (int e = threadIdx.x; e < RB_FW(C); e += blockDim.x) {
+        const int c = e < 8 * C ? e >> 3 : e - 8 * C, k = e < 8 * C ? (e & 7) - (8 - K) : K;
+        fw[e] = k >= 0 ? f.w[(size_t)c * f.ld + k] : 0.0f;
+    }
+}
+
+// Sample t of row r's [history | PCM]: the history (zeros before it, and on padding rows) at t < 0.
+static __device__ __forceinline__ float first_sample(const struct gpu_first_conv &f, int r, int t) {
+    if (t >= 0) return f.in.x[(size_t)r * f.in.T + t];
+    return t >= -f.in.H ? xin(f.in, 0, r, t + f.in.H) : 0.0f;
+}
+
+// x of channel c at tile columns j .. j + 3 (j a multiple of 4): samples j - 7 + k + u, the 12
+// at ps[j + 4] ..
+template <int C>
+static __device__ __forceinline__ float4 first_x4(const float *ps, const float *fw, int c, int j) {
+    static_assert(RB_PS_OFF == 12, "the window of four columns' taps");
+    const float4 p0 = *(const float4 *)(ps + j + 4), p1 = *(const float4 *)(ps + j + 8),
+                 p2 = *(const float4 *)(ps + j + 12);
+    const float p[12] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w, p2.x, p2.y, p2.z, p2.w};
+    const float4 wa = *(const float4 *)(fw + 8 * c), wb = *(const float4 *)(fw + 8 * c + 4);
+    const float w[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+    float acc[4] = {};
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc[u] = fmaf(w[k], p[k + u + 1], acc[u]);
+    const float b = fw[8 * C + c];
+    return make_float4(acc[0] + b, acc[1] + b, acc[2] + b, acc[3] + b);
+}
+
+// x of channel c at tile column j (>= -2), as first_x4 sums it.
+template <int C>
+static __device__ __forceinline__ float first_x1(const float *ps, const float *fw, int c, int j) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) acc = fmaf(fw[8 * c + k], ps[RB_PS_OFF + j - 7 + k], acc);
+    return acc + fw[8 * C + c];
+}
+
+// stage_window with x computed from the PCM: ps takes the tile's samples, then xs x's window as
+// stage_window leaves it. Loads are issued before the barrier.
+template <int C, bool TF32, bool FAST>
+static __device__ __forceinline__ void stage_window_first(float *xs, float *ps, const float *fw,
+                                                          const struct op_resblock &a, int r, int t0) {
+    static_assert(RB_THREADS == RB_TILE && RB_THREADS == 2 * C && RB_PS_OFF <= RB_THREADS, "a sample a thread");
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, T = a.in.T;
+    const float v = t0 + tid < T ? a.first.in.x[(size_t)r * T + t0 + tid] : 0.0f;
+    const float left = tid < RB_PS_OFF ? first_sample(a.first, r, t0 - RB_PS_OFF + tid) : 0.0f;
+    const float hist = t0 > 0 ? 0.0f : xin(a.in, tid >> 1, r, tid & 1);  // elu(x) before the step
+    __syncthreads();  // the tile before is done with xs and ps
+    ps[RB_PS_OFF + tid] = v;
+    if (tid < RB_PS_OFF) ps[tid] = left;
+    __syncthreads();
+    auto f = [](float x) { return TF32 ? tf32_round(elu_rb<FAST>(x)) : elu_rb<FAST>(x); };
+#pragma unroll 4
+    for (int q = 0; q < C / 4; q++) {
+        const float4 x = first_x4<C>(ps, fw, w + 4 * q, 4 * lane);
+        *(float4 *)(xs + (w + 4 * q) * RB_XP + 4 + 4 * lane) = make_float4(f(x.x), f(x.y), f(x.z), f(x.w));
+    }
+    const float h = t0 > 0 ? elu_rb<FAST>(first_x1<C>(ps, fw, tid >> 1, -2 + (tid & 1))) : hist;
+    xs[(tid >> 1) * RB_XP + 2 + (tid & 1)] = TF32 ? tf32_round(h) : h;
+    __syncthreads();
+}
+
+// in.hist = elu(x) of each row's last two columns, x computed as the block computed it (block r:
+// a thread per channel and column). After the block, which reads the old history.
+template <int C>
+static __global__ void __launch_bounds__(RB_THREADS) first_carry_kernel(const struct op_resblock a) {
+    static_assert(RB_THREADS == 2 * C && GPU_RESBLOCK_K - 1 == 2, "a thread per channel and column");
+    __shared__ __align__(16) float fw[RB_FW(C)];
+    __shared__ float ps[RB_PS_OFF];  // samples T - RB_PS_OFF .. T - 1
+    stage_first_weights<C>(fw, a.first);
+    pdl_begin();
+    const int r = blockIdx.x, tid = threadIdx.x, T = a.in.T, slot = a.in.row_slot[r];
+    if (slot < 0) return;
+    if (tid < RB_PS_OFF) ps[tid] = first_sample(a.first, r, T - RB_PS_OFF + tid);
+    __syncthreads();
+    float *hist = (float *)a.in.hist + (size_t)slot * a.in.slot_stride;
+    hist[tid] = elu_f(first_x1<C>(ps, fw, tid >> 1, -2 + (tid & 1)));  // (c, 2): c = tid / 2
+}
+
 // xs (C, RB_XP) = the window of tile (r, t0): xin columns t0 .. t0 + RB_TILE + 1 at u = 2 .., ELU'd
 // (and TF32-rounded when TF32). The loads are issued before the barrier that waits for the tile
 // before to be done with xs.
@@ -108,11 +206,13 @@ static __device__ __forceinline__ void prefetch_tile(const struct op_im2col &in,
 // xs (the window's place) as rows; the 1x1 conv then takes outputs 8w .. +7 and 32 + 8w .. +7 over
 // h, 16-byte loads of h and of x and stores of y. Each output sums its reduction in the order of
 // the im2col form (channel, then tap, then the bias), in f32 FMAs.
-template <int C, bool VEC>
+template <int C, bool VEC, bool FIRST = false>
 static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_f32_kernel(const struct op_resblock a) {
     constexpr int HID = C / 2, K = GPU_RESBLOCK_K, KK = C * K, OUTS = HID / (RB_THREADS / 32);
     static_assert(HID == 32 && C == 64 && OUTS == 8, "the tiling assumes 64 channels, 32 hidden, 4 warps");
+    static_assert(!FIRST || VEC, "the first conv takes rows of whole 16-byte groups");
     extern __shared__ __align__(16) float sm[];
+    __shared__ __align__(16) float fw[FIRST ? RB_FW(C) : 4], ps[FIRST ? RB_PS : 4];  // (op_resblock.first)
     float *w1s = sm;              // (KK + 1, HID): W1^T, its last row b1
     float *w2s = w1s + (KK + 1) * HID;  // (HID + 1, C): W2^T, its last row b2
     float *xs = w2s + (HID + 1) * C;    // (C, RB_XP): the window; then h (HID, RB_XP)
@@ -121,6 +221,7 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_f32
     // the weights (written by no kernel of the step: staged before the wait)
     for (int e = tid; e < (KK + 1) * HID / 4; e += RB_THREADS) ((float4 *)w1s)[e] = ((const float4 *)a.w1t)[e];
     for (int e = tid; e < (HID + 1) * C / 4; e += RB_THREADS) ((float4 *)w2s)[e] = ((const float4 *)a.w2t)[e];
+    if (FIRST) stage_first_weights<C>(fw, a.first);
     pdl_begin();
 
     const struct op_im2col &in = a.in;
@@ -128,8 +229,9 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_f32
 #pragma unroll 1
     for (int tile = blockIdx.x; tile < tiles; tile += stride) {
         const int r = tile / ntiles, t0 = (tile - r * ntiles) * RB_TILE, n = T - t0 - 4 * lane;
-        stage_window<C, VEC, false>(xs, in, r, t0);
-        if (tile + stride < tiles) prefetch_tile<C>(in, tile + stride, ntiles);
+        if (FIRST) stage_window_first<C, false, false>(xs, ps, fw, a, r, t0);
+        else stage_window<C, VEC, false>(xs, in, r, t0);
+        if (!FIRST && tile + stride < tiles) prefetch_tile<C>(in, tile + stride, ntiles);
         // acc[o][c]: hidden j0 + o at column 4l + c, over xin columns 4l + c + k (window u + 2)
         float acc[OUTS][4] = {};
 #pragma unroll 2
@@ -179,7 +281,7 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_f32
                 const size_t ao = at + (size_t)o * R * T;
                 if (VEC) {
                     if (n <= 0) continue;
-                    const float4 x = *(const float4 *)(in.x + ao);
+                    const float4 x = FIRST ? first_x4<C>(ps, fw, o0 + o, 4 * lane) : *(const float4 *)(in.x + ao);
                     __stcs((float4 *)(a.y + ao), make_float4(x.x + (acc[o][0] + b), x.y + (acc[o][1] + b),
                                                              x.z + (acc[o][2] + b), x.w + (acc[o][3] + b)));
                 } else {
@@ -287,14 +389,16 @@ static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], 
 }
 
 
-template <int C, bool VEC, bool FAST, bool LAST = false>
+template <int C, bool VEC, bool FAST, bool LAST = false, bool FIRST = false>
 static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf32_kernel(const struct op_resblock a) {
     constexpr int HID = C / 2, K = GPU_RESBLOCK_K, KK = C * K;
     static_assert(HID == 32 && C == 64 && RB_TILE == 128 && RB_THREADS == 2 * C,
                   "the tiling assumes 64 channels, 32 hidden, 4 warps");
-    static_assert(!LAST || VEC, "the last conv takes rows of whole 16-byte groups");
+    static_assert((!LAST && !FIRST) || VEC, "the first and last convs take rows of whole 16-byte groups");
+    static_assert(!(LAST && FIRST), "one of them");
     extern __shared__ __align__(16) float sm[];
     __shared__ float lw[LAST ? C * K + 1 : 1];  // the last conv's weights and bias
+    __shared__ __align__(16) float fw[FIRST ? RB_FW(C) : 4], ps[FIRST ? RB_PS : 4];  // (op_resblock.first)
     float *w1f = sm;              // (KK/8, 2, 32, 4): step s's W1^T B fragments, lane l, hidden 16u .. +15
     float *w2f = w1f + KK * HID;  // (HID/8, 4, 32, 4): step p's W2 A fragments, lane l, outputs 16m .. +15
     float *b1s = w2f + HID * C, *b2s = b1s + HID;
@@ -317,6 +421,7 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
         b1s[e] = e < HID ? a.w1t[(size_t)KK * HID + e] : a.w2t[(size_t)HID * C + e - HID];
     if (LAST)
         for (int e = tid; e < C * K + 1; e += RB_THREADS) lw[e] = a.last.w[e];
+    if (FIRST) stage_first_weights<C>(fw, a.first);
     pdl_begin();
 
     const struct op_im2col &in = a.in;
@@ -325,8 +430,9 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
 #pragma unroll 1
     for (int tile = blockIdx.x; tile < tiles; tile += stride) {
         const int r = tile / ntiles, t0 = (tile - r * ntiles) * RB_TILE, n = T - t0 - 4 * lane;
-        stage_window<C, VEC, true, FAST>(xs, in, r, t0);
-        if (tile + stride < tiles) prefetch_tile<C>(in, tile + stride, ntiles);
+        if (FIRST) stage_window_first<C, true, FAST>(xs, ps, fw, a, r, t0);
+        else stage_window<C, VEC, true, FAST>(xs, in, r, t0);
+        if (!FIRST && tile + stride < tiles) prefetch_tile<C>(in, tile + stride, ntiles);
         // h^T (columns 32w + 16q .. +15, hidden 8p .. +7) = window^T . W1^T over kk = 8s ..: tap
         // k = kk / C, channels i0 = kk % C ..; A = xs rows i0 + t (+ 4), columns 32w + 16q + g (+ 8) + 2 + k
         float acc[2][4][4] = {};
@@ -401,14 +507,16 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
         if (VEC) {
             const size_t ao = ((size_t)16 * w * R + r) * T + t0 + 4 * lane;
             float4 xr[C / 4];
+            if (!FIRST)
 #pragma unroll
-            for (int q = 0; q < C / 4; q++) xr[q] = load4<VEC>(in.x + ao + q * cs, n);
+                for (int q = 0; q < C / 4; q++) xr[q] = load4<VEC>(in.x + ao + q * cs, n);
             __syncthreads();
             if (n > 0)
 #pragma unroll
                 for (int q = 0; q < C / 4; q++) {
                     float4 *o = (float4 *)(xs + (16 * w + q) * RB_XP + 4 * lane);
-                    const float4 br = *o, x = xr[q], y = make_float4(x.x + br.x, x.y + br.y, x.z + br.z, x.w + br.w);
+                    const float4 br = *o, x = FIRST ? first_x4<C>(ps, fw, 16 * w + q, 4 * lane) : xr[q];
+                    const float4 y = make_float4(x.x + br.x, x.y + br.y, x.z + br.z, x.w + br.w);
                     if (LAST) *o = make_float4(elu_rb<FAST>(y.x), elu_rb<FAST>(y.y), elu_rb<FAST>(y.z), elu_rb<FAST>(y.w));
                     else __stcs((float4 *)(a.y + ao + q * cs), y);
                 }
@@ -468,6 +576,26 @@ static int launch_last(const struct op_resblock *a, struct gpu_exec *ex) {
     return launch_status(ex, "resblock edges");
 }
 
+// The block with the encoder's first conv: the kernel of the precision, then the history's carry.
+static int launch_first(const struct op_resblock *a, struct gpu_exec *ex) {
+    const struct op_im2col *f = &a->first.in;
+    if (a->has_last || a->in.T % 4 || f->c_in != 1 || f->K < 1 || f->K > GPU_FIRST_MAX_K || f->S != 1 ||
+        f->H != f->K - 1 || f->elu || f->T != a->in.T || f->R != a->in.R || (uintptr_t)f->x % 16 ||
+        (uintptr_t)a->y % 16) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen,
+                     "resblock: the first conv takes one channel, K %d at most, stride 1, T %% 4 == 0 and 16-byte "
+                     "rows (%d channels, K %d, stride %d, T %d)", GPU_FIRST_MAX_K, f->c_in, f->K, f->S, a->in.T);
+        return MIMI_EUNSUPPORTED;
+    }
+    const int rc = ex->precision == MIMI_PRECISION_STRICT ? launch_persistent(resblock_f32_kernel<64, true, true>, a, ex)
+                   : a->in.fast_elu ? launch_persistent(resblock_tf32_kernel<64, true, true, false, true>, a, ex)
+                                    : launch_persistent(resblock_tf32_kernel<64, true, false, false, true>, a, ex);
+    if (rc) return rc;
+    pdl_launch(first_carry_kernel<64>, dim3(a->in.R), RB_THREADS, 0, ex, *a);
+    return launch_status(ex, "resblock history");
+}
+
 extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex) {
     const int c = a->in.c_in;
     if (!GPU_RESBLOCK_FITS(c, a->hid) || a->in.K != GPU_RESBLOCK_K || a->in.S != 1 || a->in.H != GPU_RESBLOCK_K - 1 ||
@@ -477,6 +605,7 @@ extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *
                      a->hid, a->in.K, a->in.S, a->in.H);
         return MIMI_EUNSUPPORTED;
     }
+    if (a->has_first) return launch_first(a, ex);
     if (a->has_last) return launch_last(a, ex);
     // 16-byte loads and stores where every row is 16-byte aligned
     const bool vec = a->in.T % 4 == 0 && (uintptr_t)a->in.x % 16 == 0 && (uintptr_t)a->y % 16 == 0;
