@@ -469,7 +469,7 @@ static void resblock_last_case(int precision, int T) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dout, 0xFF, sizeof(float) * R * T);  // NaN: every output must be written
         struct op_resblock rb = {in, dw, dw + n1, dy, HID, fused, {dw + n1 + n2, dout, dstate + C * (K - 1), dedges},
-                                 0, {{0}, NULL, 0}, 0, {NULL, NULL, NULL, 0, 0, 0}};
+                                 0, {{0}, NULL, 0}};
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) {
             struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL, 0};
@@ -558,8 +558,7 @@ static void resblock_first_case(int precision, int T) {
     for (int fused = 0; fused < 2; fused++) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
-        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, fused, {pin, dwf, LD},
-                                 0, {NULL, NULL, NULL, 0, 0, 0}};
+        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, fused, {pin, dwf, LD}};
         if (fused) rb.in.x = NULL;
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
@@ -581,97 +580,11 @@ static void resblock_first_case(int precision, int T) {
     CHECK_EQ(hist_differ, 0);
     CHECK_EQ(nans, 0);
     // the kernel refuses a first conv it does not take
-    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD},
-                              0, {NULL, NULL, NULL, 0, 0, 0}};
+    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD}};
     bad.first.in.K = bad.first.in.H + 2;
     CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
     cudaFree(dpcm), cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dwf), cudaFree(dstate), cudaFree(drs);
     free(pcm), free(x), free(w), free(wf), free(state), free(y[0]), free(y[1]), free(hist[0]), free(hist[1]);
-}
-
-// The next conv's im2col written by the top resblock's kernel (op_resblock.col; FAST_BF16)
-// against the block storing y, then op_im2col and the carry: the matrix (rows of ones included)
-// and the conv's history after the GOP_TAILS must agree bit for bit. 3 rows (a padding row among
-// them, one slot with histories, one fresh) of T columns, T / 4 * 3 >= 32768 so that the
-// reference im2col takes its four-column kernel, as a 2048-stream step does; with `first` the
-// block's x comes from PCM (op_resblock.first) on both sides.
-static void resblock_col_case(int first, int T) {
-    enum { R = 3, C = 64, HID = 32, K = 3, KF = 7, LD = 8, KC = 8, SC = 4, ONES = 8 };
-    // a slot: the block's history (C, K - 1), the first conv's (KF - 1), the next conv's
-    // (C, KC - SC), its started flag at 400
-    const size_t stride = 404, hb = C * (K - 1), hc = hb + KF - 1, nx = (size_t)C * R * T;
-    const size_t n1 = (size_t)(C * K + 1) * HID, n2 = (size_t)(HID + 1) * C, N = (size_t)R * (T / SC);
-    const size_t ncol = (C * KC + ONES) * N;
-    float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * (n1 + n2 + C * LD));
-    float *state = calloc(2 * stride, sizeof(float)), *hist[2] = {malloc(sizeof(float) * 2 * stride), malloc(sizeof(float) * 2 * stride)};
-    uint16_t *col[2] = {malloc(2 * ncol), malloc(2 * ncol)};
-    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL, *dcol = NULL, *dstaged = NULL;
-    int32_t *drs = NULL;
-    const int32_t row_slot[R] = {1, -1, 0};
-    CHECK(x && w && state && hist[0] && hist[1] && col[0] && col[1]);
-    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * nx), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * (n1 + n2 + C * LD)), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dcol, 2 * ncol), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dstaged, sizeof(float) * C * R * (KC - SC)), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
-    if (!x || !w || !state || !hist[0] || !hist[1] || !col[0] || !col[1] || !dx || !dy || !dw || !dstate || !dcol ||
-        !dstaged || !drs)
-        return;
-    // x: PCM in row r's first T values when `first`, else the block's input
-    for (size_t i = 0; i < (first ? (size_t)R * T : nx); i++) x[i] = (first ? 2.0f : 3.0f) * (test_rng_float() - 0.5f);
-    for (size_t i = 0; i < n1 + n2 + C * LD; i++) w[i] = 0.3f * (test_rng_float() - 0.5f);
-    for (size_t i = 0; i < hc + C * (KC - SC); i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's histories
-    ((int32_t *)state)[400] = 0, ((int32_t *)state)[stride + 400] = 1;
-    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
-    cudaMemcpy(dw, w, sizeof(float) * (n1 + n2 + C * LD), cudaMemcpyHostToDevice);
-    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
-    char msg[256] = "";
-    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
-    const int32_t *started = (const int32_t *)(dstate + 400);
-    const struct op_im2col in = {first ? NULL : dx, NULL, dstate, started, drs, stride, C, K, 1, K - 1, T, R, 1, 0, 0, 0, 1};
-    const struct op_im2col pin = {dx, NULL, dstate + hb, started, drs, stride, 1, KF, 1, KF - 1, T, R, 0, 0, 0, 0, 1};
-    const struct op_im2col cin = {dy, dcol, dstate + hc, started, drs, stride, C, KC, SC, KC - SC, T, R, 1, 0, ONES, 1, 1};
-    for (int fused = 0; fused < 2; fused++) {
-        cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
-        cudaMemset(dcol, 0xFF, 2 * ncol);  // NaN: every value must be written
-        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, first, {pin, dw + n1 + n2, LD},
-                                 fused, {dcol, dstate + hc, dstaged, KC, SC, ONES}};
-        CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
-        if (!first) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
-        if (fused) {
-            struct op_tails t;
-            memset(&t, 0, sizeof t);
-            t.e[0] = (struct gpu_tail){dstaged, dstate + hc, C, KC - SC};
-            t.row_slot = drs, t.slot_stride = stride, t.n = 1, t.R = R;
-            CHECK_EQ(mimi_cuda_tails(&t, &ex), MIMI_OK);
-        } else {
-            CHECK_EQ(mimi_cuda_im2col(&cin, &ex), MIMI_OK);
-            CHECK_EQ(mimi_cuda_carry(&cin, &ex), MIMI_OK);
-        }
-        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        cudaMemcpy(col[fused], dcol, 2 * ncol, cudaMemcpyDeviceToHost);
-        cudaMemcpy(hist[fused], dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
-    }
-    size_t differ = 0, hist_differ = 0, nans = 0;
-    for (size_t i = 0; i < ncol; i++) {
-        const size_t r = i % N / (T / SC);
-        if (row_slot[r] < 0 && i < (size_t)C * KC * N) continue;  // a padding row's values are not defined
-        differ += col[0][i] != col[1][i], nans += (col[1][i] & 0x7f80) == 0x7f80 && (col[1][i] & 0x7f);
-    }
-    for (size_t i = 0; i < 2 * stride; i++) hist_differ += memcmp(&hist[0][i], &hist[1][i], sizeof(float)) != 0;
-    printf("  resblock writing the next conv's im2col (%s, T %d) vs resblock, im2col, carry: %zu of %zu values "
-           "differ, %zu history values differ, %zu NaN %s\n", first ? "with the first conv" : "over x", T, differ,
-           ncol / R * 2, hist_differ, nans, msg);
-    CHECK_EQ(differ, 0);
-    CHECK_EQ(hist_differ, 0);
-    CHECK_EQ(nans, 0);
-    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, first, {pin, dw + n1 + n2, LD},
-                              1, {dcol, dstate + hc, dstaged, 7, 3, ONES}};
-    CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);  // a (K, S) it does not take
-    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dstate), cudaFree(dcol), cudaFree(dstaged), cudaFree(drs);
-    free(x), free(w), free(state), free(hist[0]), free(hist[1]), free(col[0]), free(col[1]);
 }
 
 // op_resblock_mma against its definition computed here (the window, weights and h rounded to
@@ -940,8 +853,6 @@ static void test_bf16_operands(void) {
         resblock_first_case(precision[p], 200);   // and a last tile of 72 columns
         resblock_first_case(precision[p], 8);     // the carried columns read the PCM's history
     }
-    resblock_col_case(0, 44160);
-    resblock_col_case(1, 44160);
     resblock_mma_case(128, 480);  // the two levels it takes in Mimi
     resblock_mma_case(256, 96);
     resblock_mma_case(128, 192);  // two tiles a row

@@ -134,19 +134,6 @@ static float *emu_first_conv(const struct op_resblock *a) {
     return x;
 }
 
-// op_resblock.col: the next conv's bf16 im2col over [hist | elu(y)], and its new history
-// staged, from y (c, R, T).
-static void emu_col_out(const struct op_resblock *a, const float *y) {
-    const struct gpu_col_out *c = &a->col;
-    const int H = c->K - c->S;
-    const struct op_im2col ci = {y, c->col, c->hist, a->in.started, a->in.row_slot, a->in.slot_stride, a->in.c_in,
-                                 c->K, c->S, H, a->in.T, a->in.R, 1, 0, c->ones, 1, 1};
-    emu_im2col(&ci);
-    for (int i = 0; i < ci.c_in; i++)
-        for (int r = 0; r < ci.R; r++)
-            for (int j = 0; j < H; j++) c->staged[((size_t)i * ci.R + r) * H + j] = xin(&ci, i, r, ci.T + j);
-}
-
 static void emu_resblock(const struct op_resblock *a) {
     if (a->has_first) {  // the block over x, then the history's carry (the kernel's second launch)
         struct op_resblock b = *a;
@@ -155,15 +142,6 @@ static void emu_resblock(const struct op_resblock *a) {
         emu_resblock(&b);
         emu_carry(&b.in);
         free((float *)b.in.x);
-        return;
-    }
-    if (a->has_col) {  // y, then what the kernel writes from it
-        struct op_resblock b = *a;
-        b.has_col = 0;
-        b.y = malloc(sizeof(float) * a->in.c_in * a->in.R * a->in.T);
-        emu_resblock(&b);
-        emu_col_out(a, b.y);
-        free(b.y);
         return;
     }
     const struct op_im2col *in = &a->in;
@@ -742,17 +720,10 @@ static int count_elu(const struct gpu_plan *p, int *folded) {
     return n;
 }
 
-// Resblocks that run the encoder's first conv too (op_resblock.first), and that write the next
-// conv's im2col (op_resblock.col).
+// Resblocks that run the encoder's first conv too (op_resblock.first).
 static int count_first(const struct gpu_plan *p) {
     int n = 0;
     for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == GOP_RESBLOCK && p->ops[i].u.resblock.has_first;
-    return n;
-}
-
-static int count_col(const struct gpu_plan *p) {
-    int n = 0;
-    for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == GOP_RESBLOCK && p->ops[i].u.resblock.has_col;
     return n;
 }
 
@@ -860,7 +831,6 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
     CHECK_EQ(count_first(&enc.plans[WIDE]), 1);  // the encoder's first conv rides in it
     CHECK_EQ(count_first(&dec.plans[WIDE]), 0);
-    CHECK_EQ(count_col(&enc.plans[WIDE]), 0);  // strict: y, then im2col
     // and no ELU pass in the decoder: the ELU before each of its four transposed convs is
     // applied by the kernel before it (the first conv's product, the resblocks' last convs)
     int folded;
@@ -1001,9 +971,6 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     CHECK(convert > 0 && convert_elu == convert);  // each with the decoder's ELU before its convtr, or the resblock's
     // the 128- and 256-channel resblocks on bf16 tensor cores, not im2col and two products
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA), 2);
-    // the top resblock writes the first downsampling's im2col
-    CHECK_EQ(count_col(&enc.plans[WIDE]), 1);
-    CHECK_EQ(count_first(&enc.plans[WIDE]), 1);
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK_MMA), 2);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK_MMA), 0);  // one stream: direct kernels
     // and the decoder's last two upsamplings without per-tap products
@@ -1018,7 +985,7 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     count_elu(&dec.plans[WIDE], &folded);
     CHECK_EQ(folded, 1);
     CHECK_EQ(convert - ones16 + elu_passes + convtr_mma + folded, 4);
-    CHECK_EQ(gemm16, im2col16 + convert + count_col(&enc.plans[WIDE]));  // (op_resblock.col: the im2col)
+    CHECK_EQ(gemm16, im2col16 + convert);
     CHECK_EQ(aligned, gemm16);
     CHECK(enc.L.scratch_elems < fast_scratch_elems);
     // a whole-signal lane's step (one slot of 16 frames: at least 32 transformer rows, more than

@@ -158,17 +158,7 @@ int mimi_cuda_tails(const struct op_tails *a, struct gpu_exec *ex);
 // in.hist still holds elu(x) of the columns before the step: a second launch computes the row's
 // last two columns of x once more and carries them there. The PCM's own history is not carried
 // (a GOP_CARRY over first.in follows). It takes T % 4 == 0 and 16-byte aligned PCM rows and y.
-//
-// With `col` (MIMI_PRECISION_FAST_BF16; y only feeds an ELU and a conv of K = 8, S = 4 whose
-// product takes a bf16 im2col: the encoder's first downsampling) the kernel writes that conv's
-// im2col matrix instead of y, the values op_im2col (col_bf16) would write over y: each e(y)
-// in two columns, the history in the first, the rows of ones, and elu_f where
-// op_im2col's four-column kernel takes it (a row's first four columns). It is 1 GB per
-// 2048-stream step either way, and the im2col's read and write of 1 GB each are gone. The conv's
-// new history, elu(y) of each row's last K - S columns, goes to `staged` (c, R, K - S) for a
-// GOP_TAILS after the op.
 #define GPU_FIRST_MAX_K 8
-#define GPU_RESBLOCK_COL_FITS(K, S) ((K) == 8 && (S) == 4)
 #define GPU_RESBLOCK_K 3
 #define GPU_RESBLOCK_TILE 128
 #define GPU_RESBLOCK_FITS(c, hid) ((c) == 64 && (hid) == 32)
@@ -185,12 +175,6 @@ struct gpu_first_conv {
     const float *w;       // (c, ld): output o's K taps, then its bias
     int ld;
 };
-struct gpu_col_out {
-    float *col;           // (c*K + ones, R*T/S) bfloat16 values (2 bytes each): the conv's im2col
-    float *hist;          // slot 0's history of the conv (c, K - S): e(y) of the columns before
-    float *staged;        // (c, R, K - S)
-    int K, S, ones;
-};
 struct op_resblock {
     struct op_im2col in;  // in.c_in = c, in.K = GPU_RESBLOCK_K, in.S = 1, in.elu = 1, not replicate
     const float *w1t, *w2t;
@@ -200,8 +184,6 @@ struct op_resblock {
     struct gpu_last_conv last;
     int has_first;  // (not with has_last)
     struct gpu_first_conv first;
-    int has_col;    // (not with has_last)
-    struct gpu_col_out col;
 };
 int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
 

@@ -369,9 +369,6 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
             res0 = maxz(res0, (size_t)c->c_in * T);
             if (!encode && m->precision != MIMI_PRECISION_STRICT && GPU_RESBLOCK_FITS(c->c_in, c->c_out))
                 L->edges_per_row = maxz(L->edges_per_row, GPU_RESBLOCK_EDGES(c->c_in, T));  // (the last conv's)
-            const struct mimi_conv *nc = i + 2 < sn->n_layers ? &sn->layers[i + 2].conv : NULL;
-            if (encode && L->conv_bf16 && nc && sn->layers[i + 2].kind == SEANET_CONV && nc->kernel > nc->stride)
-                L->edges_per_row = maxz(L->edges_per_row, (size_t)c->c_in * (nc->kernel - nc->stride));  // (col_out's)
         }
     }
     if (T != (encode ? L->steps : L->frame)) {
@@ -711,16 +708,15 @@ static enum resblock_form resblock_form(const struct builder *B, const struct se
 // `out` is its (R, T) output; *fused says whether it did. With `elu_out` (the block's output only
 // feeds an ELU) small steps apply that ELU in the last kernel; *elu_done says whether they did.
 // With `first` (first_fits: the block is an op_resblock) x is not there: the kernel computes it
-// from first's PCM. With `col` (col_fits) it writes the next conv's im2col instead of y.
+// from first's PCM.
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
                             float *x, float *out, int T, float *hist, const float *last_w, float *last_hist,
-                            int *fused, int elu_out, int *elu_done, const struct gpu_first_conv *first,
-                            const struct gpu_col_out *col) {
+                            int *fused, int elu_out, int *elu_done, const struct gpu_first_conv *first) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
     const enum resblock_form form = resblock_form(B, l, w, T, last_w != NULL);
     float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
     *fused = *elu_done = 0;
-    if ((first || col) && form != RESBLOCK_KERNEL) B->rc = MIMI_EUNSUPPORTED;
+    if (first && form != RESBLOCK_KERNEL) B->rc = MIMI_EUNSUPPORTED;
     if (form == RESBLOCK_DIRECT) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0, 0);
@@ -738,19 +734,10 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     if (form == RESBLOCK_KERNEL) {
         struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock")->u.resblock;
         *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
-                                  {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, 0, {NULL, NULL, NULL, 0, 0, 0}};
-        if (col) {
-            rb->has_col = 1;
-            rb->col = *col;
-            rb->y = NULL;
-        }
+                                  {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}};
         if (first) {  // its second launch carries the history
             rb->has_first = 1;
             rb->first = *first;
-            return out;
-        }
-        if (col) {
-            emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;
             return out;
         }
         if (last_w) {
@@ -793,45 +780,6 @@ static int first_fits(const struct builder *B, const struct seanet *s, const str
            resblock_form(B, rb, &w[i + 1], T, 0) == RESBLOCK_KERNEL;
 }
 
-// Whether the ELU and conv after the resblock at layer i (over T steps, an op_resblock) can take
-// their im2col from the block's kernel (op_resblock.col): FAST_BF16, plan_conv's bf16 im2col and
-// product, K = 8 and S = 4, room for the staged history.
-static int col_fits(const struct builder *B, const struct seanet *s, const struct gpu_conv_w *w, int i, int T) {
-    if (i + 2 >= s->n_layers || s->layers[i + 1].kind != SEANET_ELU || s->layers[i + 2].kind != SEANET_CONV ||
-        !B->L->st_conv[i + 2] || !B->L->conv_bf16)
-        return 0;
-    const struct mimi_conv *c = &s->layers[i + 2].conv;
-    const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel;
-    return GPU_RESBLOCK_COL_FITS(c->kernel, c->stride) && c->groups == 1 && !c->replicate_first && c->c_out > 1 &&
-           c->c_in == s->layers[i].conv.c_in && T % 4 == 0 && w[i + 2].w_bf16 &&
-           !direct_conv(N, (double)N * c->c_out * (ck + 1)) && bf16_product(B, N, ck) &&
-           (size_t)c->c_in * (c->kernel - c->stride) <= B->L->edges_per_row &&
-           resblock_form(B, &s->layers[i], &w[i], T, 0) == RESBLOCK_KERNEL;
-}
-
-// What op_resblock.col writes for conv c (col_fits) with history `hist`: its bf16 im2col in the
-// im2col scratch, as plan_conv's.
-static struct gpu_col_out col_out(struct builder *B, const struct mimi_conv *c, float *hist) {
-    const int ck = c->c_in * c->kernel;
-    return (struct gpu_col_out){scratch(B, B->L->sc_col), hist, scratch(B, B->L->sc_edges), c->kernel, c->stride,
-                                conv_ld_bf16(ck + 1) - ck};
-}
-
-// Conv c over T steps after its im2col was written (op_resblock.col): the staged history into
-// the slots, then plan_conv's bf16 product into y.
-static void plan_col_conv(struct builder *B, const struct mimi_conv *c, const struct gpu_conv_w *w,
-                          const struct gpu_col_out *co, float *y, int T) {
-    const int N = B->R * (T / c->stride), kk = c->c_in * c->kernel + co->ones;
-    struct op_tails *t = &emit(B, GOP_TAILS, "tails")->u.tails;
-    memset(t, 0, sizeof *t);
-    t->e[0] = (struct gpu_tail){co->staged, co->hist, c->c_in, c->kernel - c->stride};
-    t->row_slot = B->row_slot;
-    t->slot_stride = B->L->slot_elems;
-    t->n = 1;
-    t->R = B->R;
-    gemm(B, 0, 0, N, c->c_out, kk, co->col, N, w->w_bf16, kk, y, N, 0.0f)->ab_bf16 = 1;
-}
-
 // Runs a SEANet stack over x (c_in, R, T); returns its output (c_out, R, T_out).
 static float *plan_seanet(struct builder *B, const struct seanet *s, const struct gpu_conv_w *w,
                           const float *x, int T) {
@@ -855,24 +803,15 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
         case SEANET_CONV: {
             if (!in && !pending_elu && first_fits(B, s, w, i, x, act[cur], T)) {
                 // the first conv and the resblock after it in one op_resblock; then the PCM's
-                // history is carried (and with col_fits the next conv takes the block's im2col)
+                // history is carried
                 const struct gpu_first_conv first = {conv_input(B, c, x, T, 0, mem, 0), w[i].w,
                                                      gpu_conv_ld(c->kernel + 1)};
-                const int to_col = col_fits(B, s, w, i + 1, T);
-                const struct mimi_conv *nc = to_col ? &s->layers[i + 3].conv : NULL;
-                const struct gpu_col_out co = to_col ? col_out(B, nc, state(B, B->L->st_conv[i + 3]))
-                                                     : (struct gpu_col_out){NULL, NULL, NULL, 0, 0, 0};
                 int fused, elu_done;
                 in = plan_resblock(B, &s->layers[i + 1], &w[i + 1], NULL, act[cur], T, state(B, B->L->st_conv[i + 1]),
-                                   NULL, NULL, &fused, 0, &elu_done, &first, to_col ? &co : NULL);
+                                   NULL, NULL, &fused, 0, &elu_done, &first);
                 emit(B, GOP_CARRY, "carry")->u.im2col = first.in;
-                i++;
-                if (to_col) {
-                    plan_col_conv(B, nc, &w[i + 2], &co, act[cur], T);
-                    T /= nc->stride;
-                    i += 2;
-                }
                 cur ^= 1;
+                i++;
                 break;
             }
             // an ELU then a transposed conv next: the ELU may ride in this conv's kernel
@@ -904,21 +843,9 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                 const int elu_next = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONVTR &&
                                      convtr_elu_pass(B, &nx->conv, w[i + 2].wf, T);
                 int fused, elu_done;
-                if (!last && col_fits(B, s, w, i, T)) {
-                    // the block writes the next conv's im2col; then its product
-                    const struct mimi_conv *nc = &s->layers[i + 2].conv;
-                    const struct gpu_col_out co = col_out(B, nc, state(B, B->L->st_conv[i + 2]));
-                    plan_resblock(B, l, &w[i], in, act[cur], T, mem, NULL, NULL, &fused, 0, &elu_done, NULL, &co);
-                    plan_col_conv(B, nc, &w[i + 2], &co, act[cur], T);
-                    T /= nc->stride;
-                    in = act[cur];
-                    cur ^= 1;
-                    i += 2;
-                    break;
-                }
                 float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem, last ? w[i + 2].w : NULL,
                                            last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused, elu_next, &elu_done,
-                                           NULL, NULL);
+                                           NULL);
                 if (res != in) in = res, cur ^= 1;
                 if (fused) i += 2;
                 if (elu_done) i += 1;

@@ -161,44 +161,6 @@ static __global__ void __launch_bounds__(RB_THREADS) first_carry_kernel(const st
     hist[tid] = elu_f(first_x1<C>(ps, fw, tid >> 1, -2 + (tid & 1)));  // (c, 2): c = tid / 2
 }
 
-// ---- the next conv's im2col instead of y (op_resblock.col) ----
-//
-// Channel o's e(y) at columns j .. j + 3 (j = 4t) go to the conv's output columns t (taps 4 ..
-// 7) and t + 1 (taps 0 .. 3), as op_im2col writes them: elu_bf16, or elu_f at output columns 0
-// to 3 (im2col4_ks_kernel's first group goes through xin), rounded to nearest even. Output column
-// 0's taps 0 .. 3 are the history (rounded), and the row's last four columns' elu_f go to `staged`.
-template <int C>
-static __device__ __forceinline__ void col_store(const struct op_resblock &a, int o, int r, int j, float4 y) {
-    const struct gpu_col_out &c = a.col;
-    const int To = a.in.T / 4, t = j / 4;
-    const size_t N = (size_t)a.in.R * To, at = (size_t)o * 8 * N + (size_t)r * To + t;
-    __nv_bfloat16 *col = (__nv_bfloat16 *)c.col;
-    const float v[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int m = 0; m < 4; m++) {
-        const float eb = elu_bf16(v[m]), ef = t < 4 ? elu_f(v[m]) : eb;
-        col[at + (size_t)(4 + m) * N] = __float2bfloat16_rn(ef);
-        if (t + 1 < To) col[at + (size_t)m * N + 1] = __float2bfloat16_rn(t + 1 < 4 ? ef : eb);
-        if (t == To - 1) c.staged[((size_t)o * a.in.R + r) * 4 + m] = elu_f(v[m]);
-    }
-    if (t == 0) {
-        const int slot = a.in.row_slot[r];
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            col[at + (size_t)k * N] = __float2bfloat16_rn(slot < 0 ? 0.0f : c.hist[(size_t)slot * a.in.slot_stride + o * 4 + k]);
-    }
-}
-
-// The rows of ones after the c*K of the conv's im2col, at the tile's output columns.
-template <int C>
-static __device__ __forceinline__ void col_ones(const struct op_resblock &a, int r, int t0) {
-    const int To = a.in.T / 4, t = t0 / 4 + (threadIdx.x & 31);
-    const size_t N = (size_t)a.in.R * To;
-    if (t >= To) return;
-    for (int u = threadIdx.x >> 5; u < a.col.ones; u += RB_THREADS / 32)
-        ((__nv_bfloat16 *)a.col.col)[((size_t)C * 8 + u) * N + (size_t)r * To + t] = __float2bfloat16_rn(1.0f);
-}
-
 // xs (C, RB_XP) = the window of tile (r, t0): xin columns t0 .. t0 + RB_TILE + 1 at u = 2 .., ELU'd
 // (and TF32-rounded when TF32). The loads are issued before the barrier that waits for the tile
 // before to be done with xs.
@@ -427,14 +389,13 @@ static __device__ __forceinline__ void mma_tf32(float acc[4], const float a[4], 
 }
 
 
-template <int C, bool VEC, bool FAST, bool LAST = false, bool FIRST = false, bool COL = false>
+template <int C, bool VEC, bool FAST, bool LAST = false, bool FIRST = false>
 static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf32_kernel(const struct op_resblock a) {
     constexpr int HID = C / 2, K = GPU_RESBLOCK_K, KK = C * K;
     static_assert(HID == 32 && C == 64 && RB_TILE == 128 && RB_THREADS == 2 * C,
                   "the tiling assumes 64 channels, 32 hidden, 4 warps");
     static_assert((!LAST && !FIRST) || VEC, "the first and last convs take rows of whole 16-byte groups");
-    static_assert(!(LAST && FIRST) && !(LAST && COL), "the last conv with neither");
-    static_assert(!COL || (VEC && FAST && RB_THREADS == 4 * 32), "the im2col of MIMI_PRECISION_FAST_BF16");
+    static_assert(!(LAST && FIRST), "one of them");
     extern __shared__ __align__(16) float sm[];
     __shared__ float lw[LAST ? C * K + 1 : 1];  // the last conv's weights and bias
     __shared__ __align__(16) float fw[FIRST ? RB_FW(C) : 4], ps[FIRST ? RB_PS : 4];  // (op_resblock.first)
@@ -557,10 +518,8 @@ static __global__ void __launch_bounds__(RB_THREADS, RB_MIN_BLOCKS) resblock_tf3
                     const float4 br = *o, x = FIRST ? first_x4<C>(ps, fw, 16 * w + q, 4 * lane) : xr[q];
                     const float4 y = make_float4(x.x + br.x, x.y + br.y, x.z + br.z, x.w + br.w);
                     if (LAST) *o = make_float4(elu_rb<FAST>(y.x), elu_rb<FAST>(y.y), elu_rb<FAST>(y.z), elu_rb<FAST>(y.w));
-                    else if (COL) col_store<C>(a, 16 * w + q, r, t0 + 4 * lane, y);
                     else __stcs((float4 *)(a.y + ao + q * cs), y);
                 }
-            if (COL) col_ones<C>(a, r, t0);
             if (LAST) {
                 __syncthreads();  // e(y) of the tile is in xs
                 last_conv_tile<C>(a.last, xs, lw, r, t0, T, tile);
@@ -622,7 +581,7 @@ static int launch_first(const struct op_resblock *a, struct gpu_exec *ex) {
     const struct op_im2col *f = &a->first.in;
     if (a->has_last || a->in.T % 4 || f->c_in != 1 || f->K < 1 || f->K > GPU_FIRST_MAX_K || f->S != 1 ||
         f->H != f->K - 1 || f->elu || f->T != a->in.T || f->R != a->in.R || (uintptr_t)f->x % 16 ||
-        (!a->has_col && (uintptr_t)a->y % 16)) {
+        (uintptr_t)a->y % 16) {
         if (ex->errmsg)
             snprintf(ex->errmsg, ex->errlen,
                      "resblock: the first conv takes one channel, K %d at most, stride 1, T %% 4 == 0 and 16-byte "
@@ -630,7 +589,6 @@ static int launch_first(const struct op_resblock *a, struct gpu_exec *ex) {
         return MIMI_EUNSUPPORTED;
     }
     const int rc = ex->precision == MIMI_PRECISION_STRICT ? launch_persistent(resblock_f32_kernel<64, true, true>, a, ex)
-                   : a->has_col ? launch_persistent(resblock_tf32_kernel<64, true, true, false, true, true>, a, ex)
                    : a->in.fast_elu ? launch_persistent(resblock_tf32_kernel<64, true, true, false, true>, a, ex)
                                     : launch_persistent(resblock_tf32_kernel<64, true, false, false, true>, a, ex);
     if (rc) return rc;
@@ -647,18 +605,8 @@ extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *
                      a->hid, a->in.K, a->in.S, a->in.H);
         return MIMI_EUNSUPPORTED;
     }
-    if (a->has_col && (a->has_last || ex->precision != MIMI_PRECISION_FAST_BF16 || !a->in.fast_elu ||
-                       !GPU_RESBLOCK_COL_FITS(a->col.K, a->col.S) || a->in.T % 4 ||
-                       (!a->has_first && (uintptr_t)a->in.x % 16))) {
-        if (ex->errmsg)
-            snprintf(ex->errmsg, ex->errlen,
-                     "resblock: the next conv's im2col takes MIMI_PRECISION_FAST_BF16, K 8, stride 4, T %% 4 == 0 and "
-                     "16-byte rows (K %d, stride %d, T %d)", a->col.K, a->col.S, a->in.T);
-        return MIMI_EUNSUPPORTED;
-    }
     if (a->has_first) return launch_first(a, ex);
     if (a->has_last) return launch_last(a, ex);
-    if (a->has_col) return launch_persistent(resblock_tf32_kernel<64, true, true, false, false, true>, a, ex);
     // 16-byte loads and stores where every row is 16-byte aligned
     const bool vec = a->in.T % 4 == 0 && (uintptr_t)a->in.x % 16 == 0 && (uintptr_t)a->y % 16 == 0;
     if (ex->precision == MIMI_PRECISION_STRICT)
