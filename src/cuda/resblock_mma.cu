@@ -21,7 +21,8 @@
  *   the same weights). h = bf16(elu(h + b1)) goes to hs (RM_TILE, HP), hidden contiguous.
  * - y = x + (b2 + W2 . h), the same way over hs, in passes of 128 outputs (a warp 16 of them
  *   over all columns); x read and y written as 8-byte pieces from the accumulators.
- * Shared memory (C = 128 / 256): 40.5 / 77.8 KB; four / two blocks an SM (RM_BLOCKS).
+ * Shared memory (C = 128 / 256): 26.5 / 51.7 KB, h taking the window's place; four / three blocks
+ * an SM (RM_BLOCKS).
  */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
@@ -32,17 +33,20 @@
 #define RM_NT (RM_TILE / 8)                       // column groups of 8
 #define RM_ROWS (RM_TILE + GPU_RESBLOCK_K - 1)    // window rows
 
-// Blocks an SM holds: four at 128 channels, whose y pass then takes its columns in two halves
-// (to fit 64 registers), two at 256 (shared memory bounds it).
-#define RM_BLOCKS(C) ((C) == 128 ? 4 : 2)
-#define RM_HALVES(C) ((C) == 128 ? 2 : 1)
+// Blocks an SM holds: four at 128 channels (64 registers), three at 256 (80); the y pass takes
+// its columns in two halves to fit them. At 256 channels the window and h side by side (77.8 KB)
+// had allowed two.
+#define RM_BLOCKS(C) ((C) == 128 ? 4 : 3)
+#define RM_HALVES(C) 2
 
 template <int C>
 struct rm_geom {
     static constexpr int HID = C / 2, KK = GPU_RESBLOCK_K * C;
     // row pitches in bf16 values: 16-byte aligned rows, 8 consecutive ones on distinct banks
     static constexpr int XP = C + 8, HP = HID + 8;
-    static constexpr size_t SMEM = sizeof(__nv_bfloat16) * ((size_t)RM_ROWS * XP + (size_t)RM_TILE * HP);
+    // h takes the window's place once every warp has read it
+    static constexpr size_t SMEM = sizeof(__nv_bfloat16) * ((size_t)RM_ROWS * XP > (size_t)RM_TILE * HP
+                                                                ? (size_t)RM_ROWS * XP : (size_t)RM_TILE * HP);
     static_assert((XP / 2) % 32 == 4 && (HP / 2) % 32 == 4, "ldmatrix rows and window stores on distinct banks");
 };
 
@@ -51,7 +55,7 @@ static __global__ void __launch_bounds__(RM_THREADS, RM_BLOCKS(C)) resblock_mma_
     typedef rm_geom<C> G;
     constexpr int HID = G::HID, KK = G::KK, XP = G::XP, HP = G::HP;
     extern __shared__ __align__(16) unsigned char rm_smem[];
-    __nv_bfloat16 *xs = (__nv_bfloat16 *)rm_smem, *hs = xs + RM_ROWS * XP;
+    __nv_bfloat16 *xs = (__nv_bfloat16 *)rm_smem, *hs = xs;
     pdl_begin();
     const struct op_im2col &in = a.in;
     const int T = in.T, R = in.R, ntiles = T / RM_TILE, r = blockIdx.x / ntiles, t0 = (blockIdx.x % ntiles) * RM_TILE;
@@ -86,6 +90,7 @@ static __global__ void __launch_bounds__(RM_THREADS, RM_BLOCKS(C)) resblock_mma_
         // acc[n][e]: hidden 16 mt + g + 8 (e >> 1), column nb + 8n + 2q + (e & 1)
         const int j = 16 * mt + g;
         const float b_lo = a.w1[(size_t)j * a.ld1 + KK], b_hi = a.w1[(size_t)(j + 8) * a.ld1 + KK];
+        __syncthreads();  // every warp is done with the window: h takes its place
 #pragma unroll
         for (int n = 0; n < NT1; n++)
 #pragma unroll
