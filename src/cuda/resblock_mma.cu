@@ -37,7 +37,7 @@
 // its columns in two halves to fit them. At 256 channels the window and h side by side (77.8 KB)
 // had allowed two.
 #define RM_BLOCKS(C) ((C) == 128 ? 4 : 3)
-#define RM_HALVES(C) 2
+#define RM_HALVES 2
 
 template <int C>
 struct rm_geom {
@@ -101,8 +101,8 @@ static __global__ void __launch_bounds__(RM_THREADS, RM_BLOCKS(C)) resblock_mma_
     __syncthreads();
 
     // y: in passes of 128 outputs, warp w takes outputs 16 m .. + 15 over every column (in
-    // RM_HALVES(C) parts of NT column groups)
-    constexpr int NT = RM_NT / RM_HALVES(C);
+    // RM_HALVES parts of NT column groups)
+    constexpr int NT = RM_NT / RM_HALVES;
     const size_t cs = (size_t)R * T;
     const __nv_bfloat16 *hb = ldmatrix_lane<HP>(hs);
 #pragma unroll 1
