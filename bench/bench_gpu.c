@@ -148,6 +148,7 @@ struct batch_run {
     double host_copy;   // ms, median: one host memcpy of the step's PCM (the size of each staging copy)
     double ovl_p99;     // ms: the step with encode and decode submitted together (see many_streams)
     double rows_p99;    // ms: encode then decode in the batches' own rows (see many_streams)
+    double both_p99;    // ms: in their own rows and submitted together (see many_streams)
 };
 
 // An encode and a decode batch of B slots of `m` with slots 0 .. B-1 open in both, and the
@@ -251,6 +252,25 @@ static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
         if (k >= 0) ts[k] = 1e3 * (now() - t0);
     }
     r.rows_p99 = percentile(ts, steps, 0.99);
+    // In place and overlapped: both, as a server that keeps its audio in the batches' rows and
+    // runs the two directions side by side would. Each direction's copies between host and
+    // device then run while the other computes. The decoder takes the codes of the encoder's
+    // previous step, handed over once both are collected.
+    for (int k = -2; k < steps; k++) {
+        double t0 = now();
+        int rc = mimi_batch_submit_encode(enc, B, slots, rows);
+        rc = rc ? rc : mimi_batch_submit_decode(dec, B, slots, code_rows);
+        rc = rc ? rc : mimi_batch_collect(enc, NULL);
+        rc = rc ? rc : mimi_batch_collect(dec, NULL);
+        if (rc) {
+            fprintf(stderr, "B=%d in place, overlapped: %s %s\n", B, mimi_batch_errmsg(enc), mimi_batch_errmsg(dec));
+            r.ok = 0;
+            goto done;
+        }
+        memcpy(code_rows, mimi_batch_output_rows(enc), sizeof(int32_t) * 8 * (size_t)B);
+        if (k >= 0) ts[k] = 1e3 * (now() - t0);
+    }
+    r.both_p99 = percentile(ts, steps, 0.99);
 done:
     mimi_batch_destroy(enc);
     mimi_batch_destroy(dec);
@@ -534,15 +554,18 @@ static void run_mode(struct mimi_model *m, int precision, int quick, int max_str
            REF_DEC_MS_LO, REF_DEC_MS_HI, REF_ENC_MS_LO / L.enc_med, REF_ENC_MS_HI / L.enc_med,
            REF_DEC_MS_LO / L.dec_med, REF_DEC_MS_HI / L.dec_med);
     static const int sizes[] = {1, 64, 256, 1024, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144, 7168, 8192, 10240};
-    int best[3] = {0, 0, 0}, over[3] = {0, 0, 0};  // [0]: encode then decode; [1]: overlapped; [2]: in place
+    // [0]: encode then decode; [1]: overlapped; [2]: in place; [3]: in place and overlapped
+    int best[4] = {0, 0, 0, 0}, over[4] = {0, 0, 0, 0};
     double best_enc_x = 0, best_dec_x = 0;
     printf("  (enc submit: the encode submit's median, the host staging the PCM; memcpy: one host copy of that PCM,\n"
            "   as large as the decode's output copy; both are inside enc ms and dec ms. overlap p99: the step with\n"
            "   encode and decode submitted together, each batch on its own CUDA stream; in place p99: encode then\n"
-           "   decode with the input written in the batches' own rows and collected there, no library copy of the PCM)\n");
+           "   decode with the input written in the batches' own rows and collected there, no library copy of the PCM;\n"
+           "   both p99: in place and submitted together)\n");
     printf("  (TFLOP/s: of encode + decode; %% peak: of the %.0f TFLOP/s %s peak)\n", peak, PEAK_NAMES[precision]);
-    printf("  %6s %10s %10s %12s %10s %10s %9s %7s %11s %8s %12s %13s\n", "B", "enc ms", "dec ms", "step p99 ms",
-           "enc x RT", "dec x RT", "TFLOP/s", "% peak", "enc submit", "memcpy", "overlap p99", "in place p99");
+    printf("  %6s %10s %10s %12s %10s %10s %9s %7s %11s %8s %12s %13s %9s\n", "B", "enc ms", "dec ms", "step p99 ms",
+           "enc x RT", "dec x RT", "TFLOP/s", "% peak", "enc submit", "memcpy", "overlap p99", "in place p99",
+           "both p99");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && sizes[i] <= max_streams; i++) {
         int B = sizes[i];
         struct batch_run r = many_streams(m, B, quick ? 8 : 20);
@@ -552,33 +575,36 @@ static void run_mode(struct mimi_model *m, int precision, int quick, int max_str
         }
         double ex = B * FRAME_S * 1e3 / r.enc_med, dx = B * FRAME_S * 1e3 / r.dec_med;
         const double tflops = B * FLOP_PER_FRAME / (1e-3 * (r.enc_med + r.dec_med)) * 1e-12;
-        printf("  %6d %10.2f %10.2f %12.2f %10.0f %10.0f %9.1f %7.0f %11.2f %8.2f %12.2f %13.2f%s\n", B, r.enc_med,
-               r.dec_med, r.step_p99, ex, dx, tflops, 100 * tflops / peak, r.enc_submit, r.host_copy, r.ovl_p99,
-               r.rows_p99, r.step_p99 < 80.0 ? "" : "  (over 80 ms)");
+        printf("  %6d %10.2f %10.2f %12.2f %10.0f %10.0f %9.1f %7.0f %11.2f %8.2f %12.2f %13.2f %9.2f%s\n", B,
+               r.enc_med, r.dec_med, r.step_p99, ex, dx, tflops, 100 * tflops / peak, r.enc_submit, r.host_copy,
+               r.ovl_p99, r.rows_p99, r.both_p99, r.step_p99 < 80.0 ? "" : "  (over 80 ms)");
         if (ex > best_enc_x) best_enc_x = ex;
         if (dx > best_dec_x) best_dec_x = dx;
-        const double p99[3] = {r.step_p99, r.ovl_p99, r.rows_p99};
-        for (int o = 0; o < 3; o++) {
+        const double p99[4] = {r.step_p99, r.ovl_p99, r.rows_p99, r.both_p99};
+        for (int o = 0; o < 4; o++) {
             if (over[o]) continue;
             if (p99[o] >= 80.0) over[o] = B;
             else best[o] = B;
         }
-        if (over[0] && over[1] && over[2]) break;
+        if (over[0] && over[1] && over[2] && over[3]) break;
     }
     // narrow each capacity down between the last B under 80 ms and the first over it
-    static const char *const over_names[3] = {"  (over 80 ms)", "  (overlapped over 80 ms)", "  (in place over 80 ms)"};
-    for (int o = 0; o < 3; o++)
+    static const char *const over_names[4] = {"  (over 80 ms)", "  (overlapped over 80 ms)", "  (in place over 80 ms)",
+                                              "  (both over 80 ms)"};
+    for (int o = 0; o < 4; o++)
         for (int k = 0; k < 3 && over[o] && over[o] - best[o] > 128; k++) {
             int B = (best[o] + over[o]) / 2 / 64 * 64;
             struct batch_run r = many_streams(m, B, quick ? 8 : 20);
-            const double p99 = o == 2 ? r.rows_p99 : o ? r.ovl_p99 : r.step_p99;
-            printf("  %6d %10.2f %10.2f %12.2f %10s %10s %9s %7s %11s %8s %12.2f %13.2f%s\n", B, r.enc_med, r.dec_med,
-                   r.step_p99, "", "", "", "", "", "", r.ovl_p99, r.rows_p99, r.ok && p99 < 80.0 ? "" : over_names[o]);
+            const double p99 = o == 3 ? r.both_p99 : o == 2 ? r.rows_p99 : o ? r.ovl_p99 : r.step_p99;
+            printf("  %6d %10.2f %10.2f %12.2f %10s %10s %9s %7s %11s %8s %12.2f %13.2f %9.2f%s\n", B, r.enc_med,
+                   r.dec_med, r.step_p99, "", "", "", "", "", "", r.ovl_p99, r.rows_p99, r.both_p99,
+                   r.ok && p99 < 80.0 ? "" : over_names[o]);
             if (r.ok && p99 < 80.0) best[o] = B;
             else over[o] = B;
         }
     printf("  concurrent real-time streams (largest B tried with p99 step < 80 ms): %d (reference ~%d: %.1fx); "
-           "overlapped: %d; in place: %d\n", best[0], REF_STREAMS, (double)best[0] / REF_STREAMS, best[1], best[2]);
+           "overlapped: %d; in place: %d; in place and overlapped: %d\n",
+           best[0], REF_STREAMS, (double)best[0] / REF_STREAMS, best[1], best[2], best[3]);
     // the target itself, when the search stopped on either side of it
     const int target = precision != MIMI_PRECISION_STRICT ? TARGET_STREAMS_FAST : TARGET_STREAMS_STRICT;
     if (best[1] < target && over[1] > target && target <= max_streams) {

@@ -14,9 +14,9 @@
  * accumulators in place and V's B fragments by ldmatrix.trans.
  *
  * Short steps (streaming: one or two query steps a row) of many rows take the same arithmetic
- * with a warp per (row, head): its queries are one 16-row tile (rows past the step's zero), and
- * it walks every ring entry AS_TK at a time, checking each entry's position as the one-pass
- * kernel does. The one-pass kernel spent about 30 instructions per key there (at 2048 streams on
+ * with a block per row and a warp per head: a warp's queries are one 16-row tile (rows past the
+ * step's zero), and it walks every ring entry AS_TK at a time, checking each entry's position as
+ * the one-pass kernel does; the block copies the entries whole. The one-pass kernel spent about 30 instructions per key there (at 2048 streams on
  * an H200: issue slots 71% busy, memory at 57% of its rate).
  */
 #include <stdint.h>
@@ -35,16 +35,18 @@
 
 // S (16 x n) = Q K^T over a tile of keys, masked by the ring rule, folded into the running
 // maximum m, sums l and output o (rows g and g + 8 of this lane) of the online softmax: the tile
-// loop of attention_mma_kernel for NJ key groups of 8.
+// loop of attention_mma_kernel for NJ key groups of 8. A key's (and a value's) row starts ld
+// values after the one before; 16 bytes more than a multiple of 128, so that 8 rows fall on
+// distinct banks.
 template <int NJ>
-static __device__ __forceinline__ void mma_tile(const unsigned (&qf)[4][4], const __nv_bfloat16 *ks, const __nv_bfloat16 *vs,
+static __device__ __forceinline__ void mma_tile(const unsigned (&qf)[4][4], const __nv_bfloat16 *ks, const __nv_bfloat16 *vs, int ld,
                                                 const int32_t *kp, const int32_t (&qpos)[2], int context, float (&m)[2],
                                                 float (&l)[2], float (&o)[8][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float sc[NJ][4] = {};
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-        const unsigned *krow = (const unsigned *)(ks + (8 * j + g) * AM_LD) + t;
+        const unsigned *krow = (const unsigned *)(ks + (8 * j + g) * ld) + t;
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) mma_bf16(sc[j], qf[kk], krow[8 * kk], krow[8 * kk + 4]);
     }
@@ -87,7 +89,7 @@ static __device__ __forceinline__ void mma_tile(const unsigned (&qf)[4][4], cons
             unsigned v0, v1, v2, v3;
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                          : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                         : "r"(smem_addr(vs + row * AM_LD + 8 * n + col)));
+                         : "r"(smem_addr(vs + row * ld + 8 * n + col)));
             mma_bf16(o[n], pa, v0, v1);
             mma_bf16(o[n + 1], pa, v2, v3);
         }
@@ -179,57 +181,57 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
         }
         __syncthreads();  // tile kt is in buffer b
         const __nv_bfloat16 *ks = kv + 2 * b * AM_TILE;
-        mma_tile<AM_TK / 8>(qf, ks, ks + AM_TILE, kpos + b * AM_TK, qpos, a.context, m, l, o);
+        mma_tile<AM_TK / 8>(qf, ks, ks + AM_TILE, AM_LD, kpos + b * AM_TK, qpos, a.context, m, l, o);
     }
     store_rows(l, o, out, d, sa, nq);
 }
 
 // ---- short steps ----
 
-#define AS_TK 32                         // ring entries per tile
-#define AS_TILE (AS_TK * AM_LD)
-#define AS_SMEM (sizeof(__nv_bfloat16) * 4 * AS_TILE + sizeof(int32_t) * 2 * AS_TK)
+// A block per row, a warp per head: the block copies whole ring entries (every head's keys and
+// values, d contiguous values each) AS_TK at a time into shared memory, and each warp walks its
+// head's columns of them. A (row, head) a block, the chip's resident blocks read 128-byte pieces
+// of 1 KB entries: at 2048 streams on an H200 that held the rings' reads to about 3.3 TB/s.
+#define AS_TK 16          // ring entries per tile
+#define AS_MAX_HEADS 8    // warps a block at most
+static size_t as_smem(int d) { return sizeof(__nv_bfloat16) * 4 * AS_TK * (size_t)(d + 8) + sizeof(int32_t) * 2 * AS_TK; }
 
-// Grid row_head_grid(R, n_heads, 1), one warp: this (row, head)'s queries against every entry
-// of its ring.
-static __global__ void __launch_bounds__(32) attention_mma_short_kernel(const struct op_attention a) {
+// Grid R, a warp per head: this row's queries against every entry of its ring.
+static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_short_kernel(const struct op_attention a) {
     extern __shared__ uint4 as_smem16[];
-    __nv_bfloat16 *kv = (__nv_bfloat16 *)as_smem16;  // buffer b: keys at 2b, values at 2b + 1 (AS_TILE each)
-    int32_t *kpos = (int32_t *)(kv + 4 * AS_TILE);     // buffer b: AS_TK positions at b * AS_TK (-1: none)
+    const int d = a.d, ld = d + 8, steps = a.steps, ring = a.ring;
+    __nv_bfloat16 *kv = (__nv_bfloat16 *)as_smem16;  // buffer b: keys at 2b, values at 2b + 1 (AS_TK rows of ld)
+    int32_t *kpos = (int32_t *)(kv + 4 * AS_TK * ld);  // buffer b: AS_TK positions at b * AS_TK (-1: none)
     pdl_begin();
-    int r, h;
-    block_row_head(a.n_heads, r, h);
-    const int steps = a.steps, d = a.d, ring = a.ring;
-    const int lane = threadIdx.x, g = lane >> 2, slot = a.row_slot[r];
+    const int r = blockIdx.x, tid = threadIdx.x, h = tid >> 5, lane = tid & 31, g = lane >> 2, slot = a.row_slot[r];
     float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
     if (slot < 0) {
         for (int i = lane; i < steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
         return;
     }
-    if (a.rope) {  // this head's new keys: only this warp's queries read them
+    if (a.rope) {  // this head's new keys, which every warp's copies read
         for (int e = lane; e < steps * (AM_HD / 2); e += 32)
             rope_pair(a, r, e / (AM_HD / 2), h * (AM_HD / 2) + e % (AM_HD / 2));
         __threadfence_block();
-        __syncwarp();
     }
+    __syncthreads();
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
-    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
-    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
+    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot);
+    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot);
     // entries e0 .. e0 + AS_TK - 1 into buffer b (past the ring: the last entry again, masked)
     auto load = [&](int e0, int b) {
-        __nv_bfloat16 *ks = kv + 2 * b * AS_TILE, *vs = ks + AS_TILE;
-#pragma unroll
-        for (int i = 0; i < AS_TK * AM_HD / 8 / 32; i++) {
-            const int c16 = lane + 32 * i, j = c16 / (AM_HD / 8), c = 8 * (c16 % (AM_HD / 8));
+        __nv_bfloat16 *ks = kv + 2 * b * AS_TK * ld, *vs = ks + AS_TK * ld;
+        const int per = d / 8;  // 16-byte pieces of an entry
+        for (int c16 = tid; c16 < AS_TK * per; c16 += blockDim.x) {
+            const int j = c16 / per, c = 8 * (c16 - j * per);
             const size_t at = (size_t)min(e0 + j, ring - 1) * d + c;
-            cp_async16(ks + j * AM_LD + c, keys + at);
-            cp_async16(vs + j * AM_LD + c, values + at);
+            cp_async16(ks + j * ld + c, keys + at);
+            cp_async16(vs + j * ld + c, values + at);
         }
         asm volatile("cp.async.commit_group;");
-        kpos[b * AS_TK + lane] = e0 + lane < ring ? positions[e0 + lane] : -1;
+        if (tid < AS_TK) kpos[b * AS_TK + tid] = e0 + tid < ring ? positions[e0 + tid] : -1;
     };
-    static_assert(AS_TK == 32, "a position a lane");
     load(0, 0);
     unsigned qf[4][4];
     q_fragments(a.qkv + ((size_t)r * steps + g) * 3 * d + (size_t)h * AM_HD, d, g < steps, g + 8 < steps, qf);
@@ -237,28 +239,34 @@ static __global__ void __launch_bounds__(32) attention_mma_short_kernel(const st
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[8][4] = {};
     for (int e0 = 0, b = 0; e0 < ring; e0 += AS_TK, b ^= 1) {
-        __syncwarp();  // every lane is done with buffer b ^ 1
+        __syncthreads();  // every warp is done with buffer b ^ 1
         if (e0 + AS_TK < ring) {
             load(e0 + AS_TK, b ^ 1);
             asm volatile("cp.async.wait_group 1;");
         } else {
             asm volatile("cp.async.wait_group 0;");
         }
-        __syncwarp();  // tile e0 is in buffer b
-        const __nv_bfloat16 *ks = kv + 2 * b * AS_TILE;
-        mma_tile<AS_TK / 8>(qf, ks, ks + AS_TILE, kpos + b * AS_TK, qpos, a.context, m, l, o);
+        __syncthreads();  // tile e0 is in buffer b
+        const __nv_bfloat16 *ks = kv + 2 * b * AS_TK * ld + h * AM_HD;
+        mma_tile<AS_TK / 8>(qf, ks, ks + AS_TK * ld, ld, kpos + b * AS_TK, qpos, a.context, m, l, o);
     }
     store_rows(l, o, out, d, g, steps);
 }
 
 int attention_mma_short_fits(const struct op_attention *a) {
-    return a->mma_bf16 && a->kv_bf16 && a->head_dim == AM_HD && a->steps >= 1 && GPU_ATT_MMA_SHORT(a->R, a->steps) &&
-           a->d % 8 == 0 && (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 &&
-           (uintptr_t)a->qkv % 8 == 0 && (uintptr_t)a->out % 8 == 0 && a->slot_stride % 4 == 0;
+    return a->mma_bf16 && a->kv_bf16 && a->head_dim == AM_HD && a->n_heads * AM_HD == a->d &&
+           a->n_heads <= AS_MAX_HEADS && a->steps >= 1 && GPU_ATT_MMA_SHORT(a->R, a->steps) &&
+           (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 && (uintptr_t)a->qkv % 8 == 0 &&
+           (uintptr_t)a->out % 8 == 0 && a->slot_stride % 4 == 0;
 }
 
 int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex) {
-    pdl_launch(attention_mma_short_kernel, row_head_grid(a->R, a->n_heads, 1), 32, AS_SMEM, ex, *a);
+    const size_t smem = as_smem(a->d);
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(attention_mma_short_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess)
+        return launch_status(ex, "attention (shared memory)");
+    pdl_launch(attention_mma_short_kernel, dim3((unsigned)a->R), 32 * a->n_heads, smem, ex, *a);
     return launch_status(ex, "attention");
 }
 
