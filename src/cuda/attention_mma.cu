@@ -188,49 +188,55 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
 
 // ---- short steps ----
 
-// A block per row, a warp per head: the block copies whole ring entries (every head's keys and
-// values, d contiguous values each) AS_TK at a time into shared memory, and each warp walks its
-// head's columns of them. A (row, head) a block, the chip's resident blocks read 128-byte pieces
-// of 1 KB entries: at 2048 streams on an H200 that held the rings' reads to about 3.3 TB/s.
+// A block per row, a warp per head. Each warp copies its head's columns of the ring entries
+// AS_TK at a time into its own shared buffers and walks them, so that the warps never wait for
+// each other, while the block's warps together read whole entries at about the same time. At
+// 2048 bf16 streams on an H200, a direction's eight attention launches took 2,520 us with a
+// one-warp block per (row, head) and 32 entries a tile (the chip's resident blocks then read
+// 128-byte pieces of 1 KB entries), 2,461-2,467 us with the block copying whole entries for
+// all its warps (a barrier per tile, 35% of the stalls), and 2,381-2,390 us so.
 #define AS_TK 16          // ring entries per tile
 #define AS_MAX_HEADS 8    // warps a block at most
-static size_t as_smem(int d) { return sizeof(__nv_bfloat16) * 4 * AS_TK * (size_t)(d + 8) + sizeof(int32_t) * 2 * AS_TK; }
+#define AS_WARP_TILE (AS_TK * AM_LD)
+#define AS_WARP_BYTES (sizeof(__nv_bfloat16) * 4 * AS_WARP_TILE + sizeof(int32_t) * 2 * AS_TK)
+static size_t as_smem(int n_heads) { return AS_WARP_BYTES * (size_t)n_heads; }
 
 // Grid R, a warp per head: this row's queries against every entry of its ring.
 static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_short_kernel(const struct op_attention a) {
     extern __shared__ uint4 as_smem16[];
-    const int d = a.d, ld = d + 8, steps = a.steps, ring = a.ring;
-    __nv_bfloat16 *kv = (__nv_bfloat16 *)as_smem16;  // buffer b: keys at 2b, values at 2b + 1 (AS_TK rows of ld)
-    int32_t *kpos = (int32_t *)(kv + 4 * AS_TK * ld);  // buffer b: AS_TK positions at b * AS_TK (-1: none)
+    const int d = a.d, steps = a.steps, ring = a.ring;
+    const int r = blockIdx.x, tid = threadIdx.x, h = tid >> 5, lane = tid & 31, g = lane >> 2;
+    __nv_bfloat16 *kv = (__nv_bfloat16 *)((unsigned char *)as_smem16 + AS_WARP_BYTES * h);  // buffer b: keys at 2b, values at 2b + 1
+    int32_t *kpos = (int32_t *)(kv + 4 * AS_WARP_TILE);  // buffer b: AS_TK positions at b * AS_TK (-1: none)
     pdl_begin();
-    const int r = blockIdx.x, tid = threadIdx.x, h = tid >> 5, lane = tid & 31, g = lane >> 2, slot = a.row_slot[r];
+    const int slot = a.row_slot[r];
     float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
     if (slot < 0) {
         for (int i = lane; i < steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
         return;
     }
-    if (a.rope) {  // this head's new keys, which every warp's copies read
+    if (a.rope) {  // this head's new keys: only this warp reads them
         for (int e = lane; e < steps * (AM_HD / 2); e += 32)
             rope_pair(a, r, e / (AM_HD / 2), h * (AM_HD / 2) + e % (AM_HD / 2));
         __threadfence_block();
+        __syncwarp();
     }
-    __syncthreads();
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
-    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot);
-    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot);
+    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
+    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
     // entries e0 .. e0 + AS_TK - 1 into buffer b (past the ring: the last entry again, masked)
     auto load = [&](int e0, int b) {
-        __nv_bfloat16 *ks = kv + 2 * b * AS_TK * ld, *vs = ks + AS_TK * ld;
-        const int per = d / 8;  // 16-byte pieces of an entry
-        for (int c16 = tid; c16 < AS_TK * per; c16 += blockDim.x) {
-            const int j = c16 / per, c = 8 * (c16 - j * per);
+        __nv_bfloat16 *ks = kv + 2 * b * AS_WARP_TILE, *vs = ks + AS_WARP_TILE;
+#pragma unroll
+        for (int i = 0; i < AS_TK * AM_HD / 8 / 32; i++) {
+            const int c16 = lane + 32 * i, j = c16 / (AM_HD / 8), c = 8 * (c16 % (AM_HD / 8));
             const size_t at = (size_t)min(e0 + j, ring - 1) * d + c;
-            cp_async16(ks + j * ld + c, keys + at);
-            cp_async16(vs + j * ld + c, values + at);
+            cp_async16(ks + j * AM_LD + c, keys + at);
+            cp_async16(vs + j * AM_LD + c, values + at);
         }
         asm volatile("cp.async.commit_group;");
-        if (tid < AS_TK) kpos[b * AS_TK + tid] = e0 + tid < ring ? positions[e0 + tid] : -1;
+        if (lane < AS_TK) kpos[b * AS_TK + lane] = e0 + lane < ring ? positions[e0 + lane] : -1;
     };
     load(0, 0);
     unsigned qf[4][4];
@@ -239,16 +245,16 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[8][4] = {};
     for (int e0 = 0, b = 0; e0 < ring; e0 += AS_TK, b ^= 1) {
-        __syncthreads();  // every warp is done with buffer b ^ 1
+        __syncwarp();  // every lane is done with buffer b ^ 1
         if (e0 + AS_TK < ring) {
             load(e0 + AS_TK, b ^ 1);
             asm volatile("cp.async.wait_group 1;");
         } else {
             asm volatile("cp.async.wait_group 0;");
         }
-        __syncthreads();  // tile e0 is in buffer b
-        const __nv_bfloat16 *ks = kv + 2 * b * AS_TK * ld + h * AM_HD;
-        mma_tile<AS_TK / 8>(qf, ks, ks + AS_TK * ld, ld, kpos + b * AS_TK, qpos, a.context, m, l, o);
+        __syncwarp();  // tile e0 is in buffer b
+        const __nv_bfloat16 *ks = kv + 2 * b * AS_WARP_TILE;
+        mma_tile<AS_TK / 8>(qf, ks, ks + AS_WARP_TILE, AM_LD, kpos + b * AS_TK, qpos, a.context, m, l, o);
     }
     store_rows(l, o, out, d, g, steps);
 }
@@ -261,7 +267,7 @@ int attention_mma_short_fits(const struct op_attention *a) {
 }
 
 int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex) {
-    const size_t smem = as_smem(a->d);
+    const size_t smem = as_smem(a->n_heads);
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(attention_mma_short_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
             cudaSuccess)
