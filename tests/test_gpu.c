@@ -753,7 +753,7 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
     cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
-    const struct op_convtr_mma a = {{NULL, dx, dw, dw + nw, dy, dstate, drs, stride, COUT, K, S, T, R}, df, CIN, 1};
+    const struct op_convtr_mma a = {{NULL, dx, dw, dw + nw, dy, dstate, drs, stride, COUT, K, S, T, R, 0}, df, CIN, 1};
     CHECK_EQ(mimi_cuda_convtr_mma(&a, &ex), MIMI_OK);
     CHECK_EQ(mimi_cuda_convtr_mma_tail(&a, &ex), MIMI_OK);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);

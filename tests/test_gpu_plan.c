@@ -348,6 +348,9 @@ static float convtr_col(const struct op_convtr *a, int o, int r, int q) {
     return v;
 }
 
+static void emu_convtr_tail(const struct op_convtr *a);
+
+// (with `carry` the tail step's stores too, after every old tail column is read)
 static void emu_convtr_out(const struct op_convtr *a) {
     const int P = a->K - a->S, L = a->S * a->T;
     for (int o = 0; o < a->c_out; o++)
@@ -360,6 +363,7 @@ static void emu_convtr_out(const struct op_convtr *a) {
                 a->y[((size_t)o * a->R + r) * L + j] = v;
             }
         }
+    if (a->carry) emu_convtr_tail(a);
 }
 
 static void emu_convtr_tail(const struct op_convtr *a) {

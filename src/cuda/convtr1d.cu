@@ -31,10 +31,27 @@ static __device__ __forceinline__ float add_tail(const struct op_convtr &a, int 
     return slot >= 0 ? __fadd_rn(v, a.tail[(size_t)slot * a.slot_stride + (size_t)o * P + j]) : v;
 }
 
+// Column j of row r's new tail for channel o (P columns per channel), for a row with a slot.
+static __device__ __forceinline__ void store_tail(const struct op_convtr &a, int o, unsigned r, int j, int P, float v) {
+    const int slot = a.row_slot[r];
+    if (slot >= 0) a.tail[(size_t)slot * a.slot_stride + (size_t)o * P + j] = v;
+}
+
+// The new tail of (o, r) for a dense layer with K = 2S (convtr_tail2_kernel's values): column f
+// is tap f + S of the row's last input step, the bias added and taken off. By the thread that
+// read the old one (output step 0).
+static __device__ __forceinline__ void carry_tail2(const struct op_convtr &a, int o, unsigned r, const float *taps,
+                                                   unsigned N, float b) {
+    const size_t last = (size_t)r * a.T + a.T - 1;
+    for (int f = 0; f < a.S; f++) store_tail(a, o, r, f, a.S, __fsub_rn(__fadd_rn(b, taps[(size_t)(f + a.S) * N + last]), b));
+}
+
 // ---- emitted columns ----
 
 // y[o, r, j] = ((bias + taps) + tail[j]) for j < S*T; blockIdx.y walks the channels o, x the
-// (row, column) pairs with 32-bit index arithmetic.
+// (row, column) pairs with 32-bit index arithmetic. With `carry` (S*T >= P: no new tail column
+// takes an old one) the thread of column j < P stores the new tail's column j after reading the
+// old one.
 static __global__ void convtr_out_kernel(const struct op_convtr a) {
     pdl_begin();
     const int P = a.K - a.S;
@@ -46,6 +63,7 @@ static __global__ void convtr_out_kernel(const struct op_convtr a) {
             const unsigned r = n / L, j = n - r * L;
             const float v = convtr_col(a, o, r, j, b);
             y[n] = (int)j < P ? add_tail(a, o, r, j, P, v) : v;
+            if (a.carry && (int)j < P) store_tail(a, o, r, j, P, __fsub_rn(convtr_col(a, o, r, L + j, b), b));
         }
     }
 }
@@ -80,6 +98,7 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
                 continue;
             }
             for (int f = 0; f < S; f++) y[f] = add_tail(a, o, r, f, S, __fadd_rn(b, taps[(size_t)f * N + n]));
+            if (a.carry) carry_tail2(a, o, r, taps, N, b);
         }
     }
 }
@@ -110,6 +129,7 @@ static __global__ void convtr_out2x4_kernel(const struct op_convtr a) {
             float4 *y = (float4 *)(a.y + ((size_t)o * N + n) * S);
 #pragma unroll
             for (int q = 0; q < S; q++) y[q] = make_float4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]);
+            if (a.carry && t == 0) carry_tail2(a, o, r, taps, N, b);
         }
     }
 }

@@ -314,7 +314,10 @@ int mimi_cuda_finish(const struct op_finish *a, struct gpu_exec *ex);
 // ConvTranspose1d output: y[o, r, j] (j < S*T) = bias[o] + sum over t*S + k = j of tap(o, k, r, t)
 // + tail[o, j] (j < P = K - S), tap = taps[(o*K + k), r*T + t] (dense) or w[o*K + k] * x[o, r, t]
 // (depthwise, taps NULL). The tail step then stores, per row, the columns S*T .. S*T+P-1 of the
-// full output without the bias.
+// full output without the bias. With `carry` (GPU_CONVTR_OUT_CARRIES) the output launch stores
+// that tail itself, each (channel, row) by the thread that read its old tail, and the tail step
+// is not launched.
+#define GPU_CONVTR_OUT_CARRIES(K, S, T) ((S) * (T) >= (K) - (S))
 struct op_convtr {
     const float *taps;       // (c_out*K, R*T) or NULL
     const float *x;          // depthwise input (c_out, R, T)
@@ -325,6 +328,7 @@ struct op_convtr {
     const int32_t *row_slot; // (R)
     size_t slot_stride;
     int c_out, K, S, T, R;
+    int carry;
 };
 int mimi_cuda_convtr_out(const struct op_convtr *a, struct gpu_exec *ex);
 int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);

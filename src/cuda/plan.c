@@ -638,7 +638,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int direct = form == CONVTR_DIRECT;
     if (form == CONVTR_MMA) {
         // FAST_BF16's large steps: one kernel on bf16 tensor cores (the ELU in it), then the tails
-        struct op_convtr_mma a = {{NULL, x, W, bias, y, tail, B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R},
+        struct op_convtr_mma a = {{NULL, x, W, bias, y, tail, B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R, 0},
                                   Wf, c->c_in, elu};
         emit(B, GOP_CONVTR_MMA, "convtr_mma")->u.convtr_mma = a;
         emit(B, GOP_CONVTR_MMA_TAIL, "convtr_mma_tail")->u.convtr_mma = a;
@@ -647,7 +647,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int bf16 = form == CONVTR_PRODUCT_BF16;
     if (elu && !bf16) pointwise(B, EW_ELU, x, NULL, NULL, 1, (size_t)c->c_in * N, 0);
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
-                          B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R};
+                          B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R, 0};
     if (direct) {
         // one kernel, its next tail staged (for the step's GOP_TAILS, or else in the unused taps
         // buffer, then stored)
@@ -672,8 +672,9 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
         gemm(B, 0, 0, N, c->c_out * K, c->c_in, xin, N, bf16 ? W16 : W, c->c_in, (float *)a.taps, N, 0.0f)->ab_bf16 =
             bf16;
     }
+    a.carry = K > S && GPU_CONVTR_OUT_CARRIES(K, S, T);
     emit(B, GOP_CONVTR_OUT, "convtr_out")->u.convtr = a;
-    if (K > S) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
+    if (K > S && !a.carry) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
 }
 
 // Whether the conv `c` after a resblock over c_in channels and T steps (and an ELU) can ride in
