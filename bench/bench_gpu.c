@@ -173,6 +173,31 @@ static int batch_pair(struct mimi_model *m, int B, int frames, struct mimi_batch
     return -1;
 }
 
+// The p99 of `steps` steps (ms; -1 on failure) with both batches submitted before either is
+// collected: the batches have their own CUDA streams, so the GPU runs the two graphs side by
+// side, and each direction's copies between host and device run while the other computes. The
+// decoder takes the codes of the encoder's previous step. `in_place`: pcm and codes are the
+// batches' own input rows and the results stay in their output rows, the codes handed over once
+// both are collected.
+static double overlapped(struct mimi_batch *enc, struct mimi_batch *dec, int B, const int *slots, const float *pcm,
+                         int32_t *codes, float *out, int in_place, double *ts, int steps) {
+    for (int k = -2; k < steps; k++) {
+        double t0 = now();
+        int rc = mimi_batch_submit_encode(enc, B, slots, pcm);
+        rc = rc ? rc : mimi_batch_submit_decode(dec, B, slots, codes);
+        rc = rc ? rc : mimi_batch_collect(enc, in_place ? NULL : codes);
+        rc = rc ? rc : mimi_batch_collect(dec, in_place ? NULL : out);
+        if (rc) {
+            fprintf(stderr, "B=%d overlapped%s: %s %s\n", B, in_place ? ", in place" : "", mimi_batch_errmsg(enc),
+                    mimi_batch_errmsg(dec));
+            return -1.0;
+        }
+        if (in_place) memcpy(codes, mimi_batch_output_rows(enc), sizeof(int32_t) * 8 * (size_t)B);
+        if (k >= 0) ts[k] = 1e3 * (now() - t0);
+    }
+    return percentile(ts, steps, 0.99);
+}
+
 // B streams in an encode and a decode batch; `steps` timed steps of encode then decode.
 static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
     struct batch_run r = {0};
@@ -213,23 +238,12 @@ static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
     }
     r.host_copy = percentile(tc, steps, 0.5);
     // Overlapped: both steps submitted before either is collected, as a server that encodes one
-    // party's audio while it decodes the other's codes would run them. The batches have their
-    // own CUDA streams, so the GPU runs the two graphs side by side. The decoder takes the codes
-    // of the encoder's previous step.
-    for (int k = -2; k < steps; k++) {
-        double t0 = now();
-        int rc = mimi_batch_submit_encode(enc, B, slots, pcm);
-        rc = rc ? rc : mimi_batch_submit_decode(dec, B, slots, codes);
-        rc = rc ? rc : mimi_batch_collect(enc, codes);
-        rc = rc ? rc : mimi_batch_collect(dec, out);
-        if (rc) {
-            fprintf(stderr, "B=%d overlapped: %s %s\n", B, mimi_batch_errmsg(enc), mimi_batch_errmsg(dec));
-            r.ok = 0;
-            goto done;
-        }
-        if (k >= 0) ts[k] = 1e3 * (now() - t0);
+    // party's audio while it decodes the other's codes would run them.
+    r.ovl_p99 = overlapped(enc, dec, B, slots, pcm, codes, out, 0, ts, steps);
+    if (r.ovl_p99 < 0) {
+        r.ok = 0;
+        goto done;
     }
-    r.ovl_p99 = percentile(ts, steps, 0.99);
     // In place: the PCM written once into the encoder's own input rows (as a server would write
     // each frame it receives), codes and PCM collected into the batches' own output rows, the
     // codes handed to the decoder's input rows: no host copy of the PCM by the library.
@@ -253,24 +267,9 @@ static struct batch_run many_streams(struct mimi_model *m, int B, int steps) {
     }
     r.rows_p99 = percentile(ts, steps, 0.99);
     // In place and overlapped: both, as a server that keeps its audio in the batches' rows and
-    // runs the two directions side by side would. Each direction's copies between host and
-    // device then run while the other computes. The decoder takes the codes of the encoder's
-    // previous step, handed over once both are collected.
-    for (int k = -2; k < steps; k++) {
-        double t0 = now();
-        int rc = mimi_batch_submit_encode(enc, B, slots, rows);
-        rc = rc ? rc : mimi_batch_submit_decode(dec, B, slots, code_rows);
-        rc = rc ? rc : mimi_batch_collect(enc, NULL);
-        rc = rc ? rc : mimi_batch_collect(dec, NULL);
-        if (rc) {
-            fprintf(stderr, "B=%d in place, overlapped: %s %s\n", B, mimi_batch_errmsg(enc), mimi_batch_errmsg(dec));
-            r.ok = 0;
-            goto done;
-        }
-        memcpy(code_rows, mimi_batch_output_rows(enc), sizeof(int32_t) * 8 * (size_t)B);
-        if (k >= 0) ts[k] = 1e3 * (now() - t0);
-    }
-    r.both_p99 = percentile(ts, steps, 0.99);
+    // runs the two directions side by side would.
+    r.both_p99 = overlapped(enc, dec, B, slots, rows, code_rows, NULL, 1, ts, steps);
+    if (r.both_p99 < 0) r.ok = 0;
 done:
     mimi_batch_destroy(enc);
     mimi_batch_destroy(dec);
