@@ -37,15 +37,6 @@ static __device__ __forceinline__ void store_tail(const struct op_convtr &a, int
     if (slot >= 0) a.tail[(size_t)slot * a.slot_stride + (size_t)o * P + j] = v;
 }
 
-// The new tail of (o, r) for a dense layer with K = 2S (convtr_tail2_kernel's values): column f
-// is tap f + S of the row's last input step, the bias added and taken off. By the thread that
-// read the old one (output step 0).
-static __device__ __forceinline__ void carry_tail2(const struct op_convtr &a, int o, unsigned r, const float *taps,
-                                                   unsigned N, float b) {
-    const size_t last = (size_t)r * a.T + a.T - 1;
-    for (int f = 0; f < a.S; f++) store_tail(a, o, r, f, a.S, __fsub_rn(__fadd_rn(b, taps[(size_t)(f + a.S) * N + last]), b));
-}
-
 // ---- emitted columns ----
 
 // y[o, r, j] = ((bias + taps) + tail[j]) for j < S*T; blockIdx.y walks the channels o, x the
@@ -98,7 +89,6 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
                 continue;
             }
             for (int f = 0; f < S; f++) y[f] = add_tail(a, o, r, f, S, __fadd_rn(b, taps[(size_t)f * N + n]));
-            if (a.carry) carry_tail2(a, o, r, taps, N, b);
         }
     }
 }
@@ -129,7 +119,6 @@ static __global__ void convtr_out2x4_kernel(const struct op_convtr a) {
             float4 *y = (float4 *)(a.y + ((size_t)o * N + n) * S);
 #pragma unroll
             for (int q = 0; q < S; q++) y[q] = make_float4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]);
-            if (a.carry && t == 0) carry_tail2(a, o, r, taps, N, b);
         }
     }
 }
@@ -142,6 +131,16 @@ static int launch_out2x4(const struct op_convtr *a, struct gpu_exec *ex) {
 }
 
 static int launch_out(const struct op_convtr *a, struct gpu_exec *ex) {
+    if (a->carry) {
+        if (!GPU_CONVTR_OUT_CARRIES(a->K, a->S, a->T)) {
+            if (ex->errmsg)
+                snprintf(ex->errmsg, ex->errlen, "convtr_out: a tail of %d columns over %d outputs takes the tail launch",
+                         a->K - a->S, a->S * a->T);
+            return MIMI_EUNSUPPORTED;
+        }
+        pdl_launch(convtr_out_kernel, grid_rows((size_t)a->R * a->S * a->T, 256, a->c_out), 256, 0, ex, *a);
+        return launch_status(ex, "convtr_out");
+    }
     if (a->taps && a->K == 2 * a->S && a->T % 4 == 0 && (uintptr_t)a->taps % 16 == 0 && (uintptr_t)a->y % 16 == 0) {
         switch (a->S) {
         case 4: return launch_out2x4<4>(a, ex);

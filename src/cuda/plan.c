@@ -672,7 +672,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
         gemm(B, 0, 0, N, c->c_out * K, c->c_in, xin, N, bf16 ? W16 : W, c->c_in, (float *)a.taps, N, 0.0f)->ab_bf16 =
             bf16;
     }
-    a.carry = K > S && GPU_CONVTR_OUT_CARRIES(K, S, T);
+    a.carry = !dense && K > S && GPU_CONVTR_OUT_CARRIES(K, S, T);
     emit(B, GOP_CONVTR_OUT, "convtr_out")->u.convtr = a;
     if (K > S && !a.carry) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
 }
