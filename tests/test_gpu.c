@@ -775,10 +775,66 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
     free(x), free(y), free(ref), free(w), free(state), free(st), free(want), free(v), free(f);
 }
 
-// A streaming step's attention over bf16 rings on tensor cores (attention_mma.cu's short steps:
-// a warp per row and head) against the one-pass kernel over the same rings, rotation and ring
-// store inline in both: 20 rows of `steps` queries (past GPU_SKINNY_MAX, where the mode takes
-// it), slots deep in their signals, fresh, and just past a ring's wrap, and a padding row. The
+// A transposed conv's output launch storing the new tails (op_convtr.carry) against the output
+// launch and then the tail launch, bit for bit: the depthwise upsampling (K 4, S 2) and a dense
+// layer's taps (K 8, S 4) over 5 rows (slots with tails, a padding row, a fresh slot), T steps.
+// Then a geometry whose new tail would take old columns (S*T < K - S) is refused by name.
+static void convtr_carry_case(int dense, int K, int S, int T) {
+    enum { R = 5, C = 6, NS = 4 };
+    const int P = K - S;
+    const size_t stride = (size_t)C * P + 4, nt = dense ? (size_t)C * K * R * T : 0, nx = (size_t)C * R * T;
+    const size_t ny = (size_t)C * R * T * S;
+    const int32_t row_slot[R] = {2, -1, 0, 3, 1};
+    float *h = malloc(sizeof(float) * (nt + nx + C * K + C + NS * stride)), *y[2] = {malloc(sizeof(float) * ny), malloc(sizeof(float) * ny)};
+    float *st[2] = {malloc(sizeof(float) * NS * stride), malloc(sizeof(float) * NS * stride)};
+    float *dh = NULL, *dy = NULL;
+    int32_t *drs = NULL;
+    CHECK(h && y[0] && y[1] && st[0] && st[1]);
+    CHECK_EQ(cudaMalloc((void **)&dh, sizeof(float) * (nt + nx + C * K + C + NS * stride)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * ny), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!h || !y[0] || !y[1] || !st[0] || !st[1] || !dh || !dy || !drs) return;
+    const size_t n = nt + nx + C * K + C;
+    for (size_t i = 0; i < n; i++) h[i] = test_rng_float() - 0.5f;  // taps, x, w, bias
+    for (size_t i = 0; i < NS * stride; i++) h[n + i] = i % stride < (size_t)C * P && i / stride != 1 ? test_rng_float() : 0.0f;
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, NULL, NULL, 0};
+    struct op_convtr a = {dense ? dh : NULL, dh + nt, dense ? NULL : dh + nt + nx, dh + nt + nx + C * K, dy, dh + n, drs,
+                          stride, C, K, S, T, R, 0};
+    for (int carry = 0; carry < 2; carry++) {
+        cudaMemcpy(dh, h, sizeof(float) * (n + NS * stride), cudaMemcpyHostToDevice);
+        a.carry = carry;
+        CHECK_EQ(mimi_cuda_convtr_out(&a, &ex), MIMI_OK);
+        if (!carry) CHECK_EQ(mimi_cuda_convtr_tail(&a, &ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(y[carry], dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
+        cudaMemcpy(st[carry], dh + n, sizeof(float) * NS * stride, cudaMemcpyDeviceToHost);
+    }
+    size_t ydiff = 0, tdiff = 0, moved = 0;
+    for (size_t i = 0; i < ny; i++) ydiff += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
+    for (size_t i = 0; i < NS * stride; i++) {
+        tdiff += memcmp(&st[0][i], &st[1][i], sizeof(float)) != 0;
+        moved += st[1][i] != h[n + i];
+    }
+    printf("  transposed conv (%s, K %d, S %d, T %d), its tails stored by the output launch vs the tail launch: "
+           "%zu outputs and %zu state values differ, %zu tail values new\n", dense ? "dense" : "depthwise", K, S, T,
+           ydiff, tdiff, moved);
+    CHECK_EQ(ydiff, 0);
+    CHECK_EQ(tdiff, 0);
+    CHECK(moved > 0);
+    struct op_convtr bad = a;
+    bad.K = 2 * S + 2 * S * T;  // P = S + 2 S T > S T
+    CHECK_EQ(mimi_cuda_convtr_out(&bad, &ex), MIMI_EUNSUPPORTED);
+    CHECK(strstr(msg, "tail launch") != NULL);
+    cudaFree(dh), cudaFree(dy), cudaFree(drs);
+    free(h), free(y[0]), free(y[1]), free(st[0]), free(st[1]);
+}
+
+// A streaming step's attention over bf16 rings on tensor cores (attention_mma.cu's short steps)
+// against the one-pass kernel over the same rings, rotation and ring
+// store inline in both (a block per row, a warp per head): 20 rows of `steps` queries (past
+// GPU_SKINNY_MAX, where the mode takes it), slots deep in their signals, fresh, and just past a ring's wrap, and a padding row. The
 // rings both leave must agree bit for bit (the same rotation), the outputs within the rounding
 // of q and the probabilities.
 static void attention_short_case(int steps) {
@@ -858,6 +914,9 @@ static void test_bf16_operands(void) {
     resblock_mma_case(128, 192);  // two tiles a row
     convtr_mma_case(128, 64, 4, 480);  // the decoder's last upsampling
     convtr_mma_case(256, 128, 5, 96);  // and the one before
+    convtr_carry_case(0, 4, 2, 1);  // the upsampling of a streaming step
+    convtr_carry_case(0, 4, 2, 7);
+    convtr_carry_case(1, 8, 4, 3);
     attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one
