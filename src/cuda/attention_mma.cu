@@ -15,9 +15,10 @@
  *
  * Short steps (streaming: one or two query steps a row) of many rows take the same arithmetic
  * with a block per row and a warp per head: a warp's queries are one 16-row tile (rows past the
- * step's zero), and it walks every ring entry AS_TK at a time, checking each entry's position as
- * the one-pass kernel does; the block copies the entries whole. The one-pass kernel spent about 30 instructions per key there (at 2048 streams on
- * an H200: issue slots 71% busy, memory at 57% of its rate).
+ * step's zero), and it copies and walks its head's columns of every ring entry AS_TK at a time,
+ * checking each entry's position as the one-pass kernel does. The one-pass kernel spent about 30
+ * instructions per key there (at 2048 streams on an H200: issue slots 71% busy, memory at 57% of
+ * its rate).
  */
 #include <stdint.h>
 
