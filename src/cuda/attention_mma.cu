@@ -195,7 +195,8 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
 // 2048 bf16 streams on an H200, a direction's eight attention launches took 2,520 us with a
 // one-warp block per (row, head) and 32 entries a tile (the chip's resident blocks then read
 // 128-byte pieces of 1 KB entries), 2,461-2,467 us with the block copying whole entries for
-// all its warps (a barrier per tile, 35% of the stalls), and 2,381-2,390 us so.
+// all its warps (a barrier per tile, 35% of the stalls), and 2,381-2,390 us so (2,437-2,451 on
+// another machine start).
 #define AS_TK 16          // ring entries per tile
 #define AS_MAX_HEADS 8    // warps a block at most
 #define AS_WARP_TILE (AS_TK * AM_LD)
