@@ -24,17 +24,17 @@ static __device__ __forceinline__ float convtr_col(const struct op_convtr &a, in
     return v;
 }
 
-// v plus column j of the tail that row r's slot carries for channel o (P columns per channel),
-// for a row that has a slot (padding rows have none)
-static __device__ __forceinline__ float add_tail(const struct op_convtr &a, int o, unsigned r, int j, int P, float v) {
+// The tail that row r's slot carries for channel o (P columns per channel); NULL for a padding
+// row, which has no slot.
+static __device__ __forceinline__ float *slot_tail(const struct op_convtr &a, int o, unsigned r, int P) {
     const int slot = a.row_slot[r];
-    return slot >= 0 ? __fadd_rn(v, a.tail[(size_t)slot * a.slot_stride + (size_t)o * P + j]) : v;
+    return slot >= 0 ? a.tail + (size_t)slot * a.slot_stride + (size_t)o * P : NULL;
 }
 
-// Column j of row r's new tail for channel o (P columns per channel), for a row with a slot.
-static __device__ __forceinline__ void store_tail(const struct op_convtr &a, int o, unsigned r, int j, int P, float v) {
-    const int slot = a.row_slot[r];
-    if (slot >= 0) a.tail[(size_t)slot * a.slot_stride + (size_t)o * P + j] = v;
+// v plus column j of that tail (v alone on a padding row)
+static __device__ __forceinline__ float add_tail(const struct op_convtr &a, int o, unsigned r, int j, int P, float v) {
+    const float *tail = slot_tail(a, o, r, P);
+    return tail ? __fadd_rn(v, tail[j]) : v;
 }
 
 // ---- emitted columns ----
@@ -53,8 +53,13 @@ static __global__ void convtr_out_kernel(const struct op_convtr a) {
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
             const unsigned r = n / L, j = n - r * L;
             const float v = convtr_col(a, o, r, j, b);
-            y[n] = (int)j < P ? add_tail(a, o, r, j, P, v) : v;
-            if (a.carry && (int)j < P) store_tail(a, o, r, j, P, __fsub_rn(convtr_col(a, o, r, L + j, b), b));
+            if ((int)j >= P) {
+                y[n] = v;
+                continue;
+            }
+            float *tail = slot_tail(a, o, r, P);
+            y[n] = tail ? __fadd_rn(v, tail[j]) : v;
+            if (a.carry && tail) tail[j] = __fsub_rn(convtr_col(a, o, r, L + j, b), b);
         }
     }
 }
