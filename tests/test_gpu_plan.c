@@ -348,7 +348,21 @@ static float convtr_col(const struct op_convtr *a, int o, int r, int q) {
     return v;
 }
 
-static void emu_convtr_tail(const struct op_convtr *a);
+static void emu_convtr_tail(const struct op_convtr *a) {
+    const int P = a->K - a->S, L = a->S * a->T;
+    for (int o = 0; o < a->c_out; o++)
+        for (int r = 0; r < a->R; r++) {
+            int slot = slot_of(a->row_slot, r);
+            if (slot < 0) continue;
+            float *tail = a->tail + (size_t)slot * a->slot_stride + (size_t)o * P;
+            float b = a->bias ? a->bias[o] : 0.0f;
+            for (int j = 0; j < P; j++) {
+                float v = b + convtr_col(a, o, r, L + j);
+                if (L + j < P) v += tail[L + j];
+                tail[j] = v - b;
+            }
+        }
+}
 
 // (with `carry` the tail step's stores too, after every old tail column is read)
 static void emu_convtr_out(const struct op_convtr *a) {
@@ -364,22 +378,6 @@ static void emu_convtr_out(const struct op_convtr *a) {
             }
         }
     if (a->carry) emu_convtr_tail(a);
-}
-
-static void emu_convtr_tail(const struct op_convtr *a) {
-    const int P = a->K - a->S, L = a->S * a->T;
-    for (int o = 0; o < a->c_out; o++)
-        for (int r = 0; r < a->R; r++) {
-            int slot = slot_of(a->row_slot, r);
-            if (slot < 0) continue;
-            float *tail = a->tail + (size_t)slot * a->slot_stride + (size_t)o * P;
-            float b = a->bias ? a->bias[o] : 0.0f;
-            for (int j = 0; j < P; j++) {
-                float v = b + convtr_col(a, o, r, L + j);
-                if (L + j < P) v += tail[L + j];
-                tail[j] = v - b;
-            }
-        }
 }
 
 static void emu_convtr_direct(const struct op_convtr_direct *a) {
