@@ -16,6 +16,9 @@
  *        mimi-bench-gpu [--model PATH] [--modes ...] --offline [--files N] [--trim]
  *                                            (only the whole-signal figures; --files: only N files of 60 s;
  *                                            --trim: mimi_model_trim after every call)
+ *        mimi-bench-gpu [--model PATH] [--modes ...] --fidelity
+ *                                            (only the fast modes' fidelity against strict, at 64
+ *                                            and 2048 streams)
  *        mimi-bench-gpu --write-model PATH   (writes the synthetic model and exits)
  * Without --model the synthetic model is written to /tmp first (tools/synth.h).
  */
@@ -477,42 +480,46 @@ static void profile(struct mimi_model *m, int B) {
 
 // ---- fidelity of the fast modes ----
 
-#define FID_SLOTS 64  // wide enough that the SEANet products go through cuBLAS
+// Fidelity is measured at two widths: FID_SLOTS streams, whose SEANet products go through
+// cuBLAS, and FID_WIDE, where FAST_BF16's large steps take the *_mma kernels (GPU_MMA_MIN_COLS).
+#define FID_SLOTS 64
+#define FID_WIDE 2048
 
-// `frames` steps of FID_SLOTS streams (stream s: fill_audio(s, f)) through encode and decode
-// batches of `m`; the decoder takes `codes_in` when given (the strict codes), else its own.
-static int fid_run(struct mimi_model *m, int frames, int32_t *codes, const int32_t *codes_in, float *pcm) {
+// `frames` steps of B streams (stream s: fill_audio(s, f)) through encode and decode batches of
+// `m`; the decoder takes `codes_in` when given (the strict codes), else its own.
+static int fid_run(struct mimi_model *m, int B, int frames, int32_t *codes, const int32_t *codes_in, float *pcm) {
     struct mimi_batch *enc, *dec;
-    int *slots, rc = batch_pair(m, FID_SLOTS, 1, &enc, &dec, &slots);
-    static float in[FID_SLOTS * 1920];
+    int *slots, rc = batch_pair(m, B, 1, &enc, &dec, &slots);
+    if (rc) return rc;
+    float *in = malloc(sizeof(float) * B * 1920);
+    rc = !in;
     for (int f = 0; f < frames && !rc; f++) {
-        for (int s = 0; s < FID_SLOTS; s++) fill_audio(in + (size_t)s * 1920, s, f, 1920);
-        int32_t *c = codes + (size_t)f * FID_SLOTS * 8;
-        rc = mimi_batch_encode(enc, FID_SLOTS, slots, in, c) ||
-             mimi_batch_decode(dec, FID_SLOTS, slots, codes_in ? codes_in + (size_t)f * FID_SLOTS * 8 : c,
-                               pcm + (size_t)f * FID_SLOTS * 1920);
+        for (int s = 0; s < B; s++) fill_audio(in + (size_t)s * 1920, s, f, 1920);
+        int32_t *c = codes + (size_t)f * B * 8;
+        rc = mimi_batch_encode(enc, B, slots, in, c) ||
+             mimi_batch_decode(dec, B, slots, codes_in ? codes_in + (size_t)f * B * 8 : c, pcm + (size_t)f * B * 1920);
     }
     mimi_batch_destroy(enc);
     mimi_batch_destroy(dec);
-    free(slots);
+    free(slots), free(in);
     return rc;
 }
 
-// Codes of `fast` against `strict` and the PCM of decoding the strict codes, FID_SLOTS streams.
-static void fidelity(struct mimi_model *strict, struct mimi_model *fast, const char *mode, int frames) {
-    const size_t nc = (size_t)frames * FID_SLOTS * 8, np = (size_t)frames * FID_SLOTS * 1920;
+// Codes of `fast` against `strict` and the PCM of decoding the strict codes, B streams.
+static void fidelity(struct mimi_model *strict, struct mimi_model *fast, const char *mode, int B, int frames) {
+    const size_t nc = (size_t)frames * B * 8, np = (size_t)frames * B * 1920;
     int32_t *cs = malloc(sizeof(int32_t) * nc), *cf = malloc(sizeof(int32_t) * nc);
     float *ps = malloc(sizeof(float) * np), *pf = malloc(sizeof(float) * np);
-    if (cs && cf && ps && pf && !fid_run(strict, frames, cs, NULL, ps) && !fid_run(fast, frames, cf, cs, pf)) {
+    if (cs && cf && ps && pf && !fid_run(strict, B, frames, cs, NULL, ps) && !fid_run(fast, B, frames, cf, cs, pf)) {
         size_t equal = 0, sem = 0;
         double num = 0, den = 0;
         for (size_t i = 0; i < nc; i++) equal += cs[i] == cf[i], sem += i % 8 == 0 && cs[i] == cf[i];
         for (size_t i = 0; i < np; i++) num += (ps[i] - pf[i]) * (double)(ps[i] - pf[i]), den += ps[i] * (double)ps[i];
         printf("  %s vs strict, %d streams x %d frames: codes equal %.2f%%, semantic %.2f%%, decoded pcm rel_l2 %.2e "
-               "(%.1f dB)\n", mode, FID_SLOTS, frames, 100.0 * equal / nc, 100.0 * sem / (nc / 8), sqrt(num / den),
+               "(%.1f dB)\n", mode, B, frames, 100.0 * equal / nc, 100.0 * sem / (nc / 8), sqrt(num / den),
                10 * log10(den / num));
     } else {
-        printf("  %s vs strict: could not run\n", mode);
+        printf("  %s vs strict, %d streams: could not run\n", mode, B);
     }
     free(cs), free(cf), free(ps), free(pf);
 }
@@ -625,7 +632,8 @@ static void run_mode(struct mimi_model *m, int precision, int quick, int max_str
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, offline_files = 0, modes = 15;  // bit i: enum mimi_precision i
+    int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, offline_files = 0, fidelity_only = 0;
+    int modes = 15;  // bit i: enum mimi_precision i
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -635,6 +643,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ops")) print_ops = 1;
         else if (!strcmp(argv[i], "--frames") && i + 1 < argc) lane_frames = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--offline")) offline_only = 1;
+        else if (!strcmp(argv[i], "--fidelity")) fidelity_only = 1;
         else if (!strcmp(argv[i], "--files") && i + 1 < argc) offline_files = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trim")) trim_each = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) host_threads = atoi(argv[++i]);
@@ -653,7 +662,7 @@ int main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16] [--threads N] "
-                            "[--profile B [--frames F] [--warm N] [--ops]] [--offline [--files N] [--trim]] | --write-model PATH\n", argv[0]);
+                            "[--profile B [--frames F] [--warm N] [--ops]] [--offline [--files N] [--trim]] [--fidelity] | --write-model PATH\n", argv[0]);
             return 2;
         }
     }
@@ -696,10 +705,11 @@ int main(int argc, char **argv) {
             many_files(models[i], 64, 60, target, peak);
             many_files(models[i], 256, 0, target, peak);
         } else if (i != MIMI_PRECISION_STRICT) {
-            fidelity(models[MIMI_PRECISION_STRICT], models[i], MODE_NAMES[i], quick ? 20 : 100);
+            fidelity(models[MIMI_PRECISION_STRICT], models[i], MODE_NAMES[i], FID_SLOTS, quick ? 20 : 100);
+            fidelity(models[MIMI_PRECISION_STRICT], models[i], MODE_NAMES[i], FID_WIDE, quick ? 8 : 20);
         }
     }
-    for (int i = 0; i < N_MODES && !profile_only && !offline_only; i++)
+    for (int i = 0; i < N_MODES && !profile_only && !offline_only && !fidelity_only; i++)
         if (modes & (1 << i)) run_mode(models[i], i, quick, max_streams);
     for (int i = 0; i < N_MODES; i++) mimi_model_destroy(models[i]);
     return 0;

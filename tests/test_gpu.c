@@ -685,6 +685,93 @@ static void resblock_mma_case(int C, int T) {
     free(x), free(y), free(ref), free(w), free(state), free(st), free(v), free(h), free(f);
 }
 
+// op_conv_mma against its definition computed here (the window and weights rounded to bf16,
+// sums in double, the bias f32): 3 rows of T input steps (a slot deep in its signal with a
+// history, a padding row, a fresh slot). y must agree within the f32 summation order, be written
+// everywhere (poisoned with NaN before), and the histories must stay as they were (the carry is
+// a separate op).
+static void conv_mma_case(int CIN, int COUT, int S, int T) {
+    enum { R = 3 };
+    const int K = 2 * S, H = K - S, ck = CIN * K, ld = (ck + 1 + 3) & ~3, To = T / S;
+    const size_t stride = (size_t)CIN * H + 4, nx = (size_t)CIN * R * T, ny = (size_t)COUT * R * To;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), *ref = malloc(sizeof(float) * ny);
+    float *w = malloc(sizeof(float) * COUT * ld), *state = calloc(2 * stride, sizeof(float));
+    float *st = malloc(sizeof(float) * 2 * stride), *v = malloc(sizeof(float) * ck);
+    uint16_t *f = malloc(sizeof(uint16_t) * COUT * ck);
+    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL;
+    uint16_t *df = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, -1, 0};
+    CHECK(x && y && ref && w && state && st && v && f);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * ny), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * COUT * ld), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&df, sizeof(uint16_t) * COUT * ck), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!x || !y || !ref || !w || !state || !st || !v || !f || !dx || !dy || !dw || !df || !dstate || !drs) return;
+    for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < (size_t)COUT * ld; i++) w[i] = 0.2f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < (size_t)CIN * H; i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's history
+    ((int32_t *)state)[stride - 1] = 0, ((int32_t *)state)[2 * stride - 1] = 1;
+    // the fragments: W as (COUT, K*CIN) tap-major
+    for (int o = 0; o < COUT; o++)
+        for (int i = 0; i < CIN; i++)
+            for (int k = 0; k < K; k++) f[gpu_mma_fragment_index(COUT, o, k * CIN + i)] = mimi_to_bf16(w[(size_t)o * ld + i * K + k]);
+    // the definition: v = bf16 of [history | elu(x)], y = b + W v
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < To; t++) {
+            for (int i = 0; i < CIN; i++)
+                for (int k = 0; k < K; k++) {
+                    const int j = S * t + k;
+                    float e = 0.0f;
+                    if (j >= H) {
+                        e = x[((size_t)i * R + r) * T + j - H];
+                        mimi_elu(&e, 1);
+                    } else if (row_slot[r] >= 0) {
+                        e = state[(size_t)row_slot[r] * stride + i * H + j];
+                    }
+                    v[i * K + k] = (float)bf16_value(mimi_to_bf16(e));
+                }
+            for (int o = 0; o < COUT; o++) {
+                double acc = 0.0;
+                for (int p = 0; p < ck; p++) acc += bf16_value(mimi_to_bf16(w[(size_t)o * ld + p])) * v[p];
+                ref[((size_t)o * R + r) * To + t] = (float)acc + w[(size_t)o * ld + ck];
+            }
+        }
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof(float) * COUT * ld, cudaMemcpyHostToDevice);
+    cudaMemcpy(df, f, sizeof(uint16_t) * COUT * ck, cudaMemcpyHostToDevice);
+    cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
+    const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + stride - 1), drs, stride, CIN, K, S, H, T, R,
+                                 1, 0, 0, 1, 1};
+    const struct op_conv_mma cm = {in, df, dw, ld, COUT, dy};
+    CHECK_EQ(mimi_cuda_conv_mma(&cm, &ex), MIMI_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(y, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
+    cudaMemcpy(st, dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+    size_t nans = 0;
+    for (size_t i = 0; i < ny; i++) nans += y[i] != y[i];
+    const double rel = rel_l2(y, ref, ny);
+    const int state_same = memcmp(st, state, sizeof(float) * 2 * stride) == 0;
+    printf("  strided conv on bf16 tensor cores (%d -> %d channels, S %d, T %d) vs its definition: rel_l2 %.2e, %zu "
+           "NaN, history %s %s\n", CIN, COUT, S, T, rel, nans, state_same ? "kept" : "CHANGED", msg);
+    CHECK(rel < 1e-5);
+    CHECK_EQ(nans, 0);
+    CHECK(state_same);
+    // a geometry it does not take is refused with a reason
+    struct op_conv_mma bad = cm;
+    bad.in.T = T + S;
+    CHECK_EQ(mimi_cuda_conv_mma(&bad, &ex), MIMI_EUNSUPPORTED);
+    CHECK(strstr(msg, "no kernel") != NULL);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(df), cudaFree(dstate), cudaFree(drs);
+    free(x), free(y), free(ref), free(w), free(state), free(st), free(v), free(f);
+}
+
 // op_convtr_mma and its tail launch against their definition computed here (f(x) and W rounded
 // to bf16, sums in double, the bias f32): 20 rows (a slot with a tail, a padding row, then fresh
 // slots; the tail launch's 16-row blocks, the second partly past the rows), the ELU on. Outputs
@@ -912,6 +999,8 @@ static void test_bf16_operands(void) {
     resblock_mma_case(128, 480);  // the two levels it takes in Mimi
     resblock_mma_case(256, 96);
     resblock_mma_case(128, 192);  // two tiles a row
+    conv_mma_case(64, 128, 4, 1920);  // the encoder's first downsampling (5 tiles a row)
+    conv_mma_case(128, 256, 5, 480);  // and the second (2 tiles a row)
     convtr_mma_case(128, 64, 4, 480);  // the decoder's last upsampling
     convtr_mma_case(256, 128, 5, 96);  // and the one before
     convtr_carry_case(0, 4, 2, 1);  // the upsampling of a streaming step

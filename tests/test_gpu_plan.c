@@ -198,6 +198,24 @@ static void emu_resblock_mma(const struct op_resblock_mma *a) {
     free(w1), free(w2), free(v), free(h);
 }
 
+// op_conv_mma: the window and W rounded to bfloat16, the sums and the bias in f32.
+static void emu_conv_mma(const struct op_conv_mma *a) {
+    const struct op_im2col *in = &a->in;
+    const int To = in->T / in->S, ck = in->c_in * in->K;
+    float *v = malloc(sizeof(float) * ck);  // the window of one output, (c_in, K)
+    CHECK(v != NULL);
+    for (int r = 0; v && r < in->R; r++)
+        for (int t = 0; t < To; t++) {
+            for (int p = 0; p < ck; p++) v[p] = bf16_round(xin(in, p / in->K, r, t * in->S + p % in->K));
+            for (int o = 0; o < a->c_out; o++) {
+                float s = 0.0f;
+                for (int p = 0; p < ck; p++) s += bf16_round(a->w[(size_t)o * a->ld + p]) * v[p];
+                a->y[((size_t)o * in->R + r) * To + t] = s + a->w[(size_t)o * a->ld + ck];
+            }
+        }
+    free(v);
+}
+
 // op_convtr_mma: f(x) and W rounded to bfloat16, the sums and the bias in f32, v(-1) = 0 with
 // the tail added at step 0.
 static float *convtr_mma_inputs(const struct op_convtr_mma *a) {
@@ -643,6 +661,7 @@ static void emu_run(const struct gpu_plan *p) {
         case GOP_GATHER: emu_gather(&op->u.gather); break;
         case GOP_RESBLOCK: emu_resblock(&op->u.resblock); break;
         case GOP_RESBLOCK_MMA: emu_resblock_mma(&op->u.resblock_mma); break;
+        case GOP_CONV_MMA: emu_conv_mma(&op->u.conv_mma); break;
         case GOP_CONVTR_MMA: emu_convtr_mma(&op->u.convtr_mma); break;
         case GOP_CONVTR_MMA_TAIL: emu_convtr_mma_tail(&op->u.convtr_mma); break;
         case GOP_TRANSFORMER: emu_transformer(&op->u.transformer); break;
@@ -912,10 +931,10 @@ static size_t test_fast_padding(const float *clip) {
 
 // ---- bfloat16 conv products (MIMI_PRECISION_FAST_BF16) ----
 
-// The bf16 mode's wide plans: the resblocks below the top level on op_resblock_mma, and every
-// other product over 64 or more values and more columns than the skinny kernel takes has bf16
-// operands, from an im2col written in bf16 (a transposed conv's
-// input converted first, with the ELU before it), over a reduction and weight rows of a multiple
+// The bf16 mode's wide plans: the resblocks below the top level on op_resblock_mma, the first two
+// downsamplings on op_conv_mma, and every other product over 64 or more values and more columns
+// than the skinny kernel takes has bf16 operands, from an im2col written in bf16 (a transposed
+// conv's input converted first, with the ELU before it), over a reduction and weight rows of a multiple
 // of 8 values; the others stay f32; the scratch shrinks; and two steps stay close to the CPU's
 // f32 with the scratch poisoned (a sanity bound on the rounding, not a parity gate: the mode's
 // measured fidelity is mimi-bench-gpu's).
@@ -928,6 +947,7 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     // at their own threshold WIDE slots take none of the *_mma kernels; at none, every layer they fit
     emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA), 0);
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_CONV_MMA), 0);
     emu_destroy(&enc);
     emu_mma_min_cols = 0;
     emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, WIDE, MIMI_ATTENTION_RING, 1);
@@ -975,6 +995,9 @@ static void test_bf16_convs(const float *clip, size_t fast_scratch_elems) {
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RESBLOCK_MMA), 2);
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_RESBLOCK_MMA), 2);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK_MMA), 0);  // one stream: direct kernels
+    // the encoder's first two downsamplings read elu(x) in place, without im2col
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_CONV_MMA), 2);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_CONV_MMA), 0);
     // and the decoder's last two upsamplings without per-tap products
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA), 2);
     CHECK_EQ(count_ops(&dec.plans[WIDE], GOP_CONVTR_MMA_TAIL), 2);

@@ -22,6 +22,7 @@ int mimi_cuda_run_op(const struct gpu_op *op, struct gpu_exec *ex) {
     case GOP_CONV: return mimi_cuda_conv(&op->u.conv, ex);
     case GOP_RESBLOCK: return mimi_cuda_resblock(&op->u.resblock, ex);
     case GOP_RESBLOCK_MMA: return mimi_cuda_resblock_mma(&op->u.resblock_mma, ex);
+    case GOP_CONV_MMA: return mimi_cuda_conv_mma(&op->u.conv_mma, ex);
     case GOP_CONVTR_MMA: return mimi_cuda_convtr_mma(&op->u.convtr_mma, ex);
     case GOP_CONVTR_MMA_TAIL: return mimi_cuda_convtr_mma_tail(&op->u.convtr_mma, ex);
     case GOP_GEMM: return mimi_cuda_gemm(&op->u.gemm, ex);

@@ -219,6 +219,31 @@ static inline size_t gpu_mma_fragment_index(int rows, int m, int k) {
     return ((size_t)kt * (rows / 16) + mt) * 256 + (size_t)(4 * g + q) * 8 + (size_t)(2 * (hi_m + 2 * hi_k)) + k % 2;
 }
 
+// ---- conv_mma.cu ----
+
+// A strided conv with K = 2S on bfloat16 tensor cores, its input read in place
+// (MIMI_PRECISION_FAST_BF16's large steps: the encoder's first two downsamplings, 64 -> 128
+// channels, S 4, over 1920 input steps a frame, and 128 -> 256, S 5, over 480):
+// y[o, r, t] = b[o] + sum_{k,i} bf16(W[o, i, k]) v(i, r, t*S + k), v = bf16 of `in`'s
+// [history | elu(x)] (as op_im2col's col_bf16 holds it), the sums and the bias in f32. wf holds
+// W in mma fragment order as a (c_out, K*c_in) matrix, tap-major (column k*c_in + i: W[o, i, k]);
+// w is the packed f32 conv (c_out, ld) with its bias at column c_in*K. The history is not carried
+// (a GOP_CARRY follows). It takes T/S a multiple of the layer's tile.
+#define GPU_CONV_MMA_TILE_S4 96
+#define GPU_CONV_MMA_TILE_S5 48
+#define GPU_CONV_MMA_FITS(c_in, c_out, K, S, T) \
+    ((K) == 2 * (S) && (T) % (S) == 0 && \
+     (((c_in) == 64 && (c_out) == 128 && (S) == 4 && (T) / (S) % GPU_CONV_MMA_TILE_S4 == 0) || \
+      ((c_in) == 128 && (c_out) == 256 && (S) == 5 && (T) / (S) % GPU_CONV_MMA_TILE_S5 == 0)))
+struct op_conv_mma {
+    struct op_im2col in;  // in.elu = 1, in.H = K - S, not replicate; in.col unused
+    const void *wf;
+    const float *w;
+    int ld, c_out;
+    float *y;  // (c_out, R, T/S)
+};
+int mimi_cuda_conv_mma(const struct op_conv_mma *a, struct gpu_exec *ex);
+
 // ---- matmul.cu ----
 
 // Products with at most this many columns on their small side run on the split-K "skinny"

@@ -171,6 +171,13 @@ static int resblock_mma_fits(const struct seanet_layer *l) {
            c->stride == 1 && c->groups == 1 && !c->replicate_first && l->conv2.kernel == 1 && l->conv2.groups == 1;
 }
 
+// Whether a conv fits op_conv_mma (at some step count: the plan checks T).
+static int conv_mma_fits(const struct mimi_conv *c) {
+    const int tile = c->stride == 4 ? GPU_CONV_MMA_TILE_S4 : GPU_CONV_MMA_TILE_S5;
+    return GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, c->stride * tile) && c->groups == 1 &&
+           !c->replicate_first;
+}
+
 // A dense transposed conv's packed weight (c_out*K, c_in), K = 2S, in bfloat16 in mma fragment
 // order as op_convtr_mma's (c_out*S, 2*c_in) matrix: row o*S + f, column s*c_in + i holding
 // W[o, f + s*S][i].
@@ -212,6 +219,9 @@ static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const stru
         out[i].w = map_with_bias(w, c, map, ctx);
         if (out[i].w && bf16) out[i].w_bf16 = map_with_bias_bf16(w, c, map, ctx);
         if (!out[i].w || (bf16 && !out[i].w_bf16)) return MIMI_ENOMEM;
+        // op_conv_mma's (at some step count: the plan checks T)
+        if (bf16 && l->kind == SEANET_CONV && conv_mma_fits(c) && !(out[i].wf = map_fragments(w, c, map, ctx)))
+            return MIMI_ENOMEM;
         if (l->kind != SEANET_RESBLOCK) continue;
         out[i].w2 = map_with_bias(w, &l->conv2, map, ctx);
         if (out[i].w2 && bf16) out[i].w2_bf16 = map_with_bias_bf16(w, &l->conv2, map, ctx);
@@ -608,6 +618,16 @@ static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *
     return g->elu;
 }
 
+// Whether op_conv_mma runs conv c (Wf: its weights in fragment order, or NULL) over T steps per
+// row: FAST_BF16, an ELU before it, a history, more columns than a direct kernel takes and at
+// least mma_min_cols.
+static int conv_mma_takes(const struct builder *B, const struct mimi_conv *c, const float *Wf, int T, int elu,
+                          const float *hist) {
+    const int N = B->R * (T / c->stride);
+    return Wf && elu && hist && GPU_CONV_MMA_FITS(c->c_in, c->c_out, c->kernel, c->stride, T) &&
+           !direct_conv(N, (double)N * c->c_out * (c->c_in * c->kernel + 1)) && N >= B->L->mma_min_cols;
+}
+
 // How plan_convtr runs a transposed conv over T steps per row (Wf: its op_convtr_mma weights or
 // NULL): one direct kernel, one op_convtr_mma, or a product (of bf16 operands, its input
 // converted first) and the overlap-add.
@@ -819,7 +839,15 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             const int elu_next = i + 2 < s->n_layers && s->layers[i + 1].kind == SEANET_ELU &&
                                  s->layers[i + 2].kind == SEANET_CONVTR &&
                                  convtr_elu_pass(B, &s->layers[i + 2].conv, w[i + 2].wf, T / c->stride);
-            if (plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0, elu_next)) i++;
+            if (conv_mma_takes(B, c, w[i].wf, T, pending_elu, mem)) {
+                // FAST_BF16's first downsamplings: the conv reads elu(x) in place, no im2col
+                struct op_conv_mma *cm = &emit(B, GOP_CONV_MMA, "conv_mma")->u.conv_mma;
+                *cm = (struct op_conv_mma){conv_input(B, c, src, T, 1, mem, 0), w[i].wf, w[i].w,
+                                           gpu_conv_ld(c->c_in * c->kernel + 1), c->c_out, act[cur]};
+                emit(B, GOP_CARRY, "carry")->u.im2col = cm->in;  // after: the kernel reads the old history
+            } else if (plan_conv(B, c, w[i].w, w[i].w_bf16, 1, src, act[cur], T, pending_elu, mem, 0, 0, elu_next)) {
+                i++;
+            }
             pending_elu = 0;
             in = act[cur];
             cur ^= 1;

@@ -117,7 +117,7 @@ enum gpu_op_kind {
     GOP_IM2COL, GOP_CARRY, GOP_CONV, GOP_GEMM, GOP_POINTWISE, GOP_TRANSPOSE, GOP_FINISH, GOP_CONVTR_OUT,
     GOP_CONVTR_TAIL, GOP_CONVTR_DIRECT, GOP_CONVTR_COPY, GOP_NORM, GOP_POSITIONS, GOP_ATTENTION, GOP_ARGMIN, GOP_GATHER,
     GOP_RESBLOCK, GOP_TRANSFORMER, GOP_RVQ_CHAIN, GOP_TAILS, GOP_RESBLOCK_MMA, GOP_CONVTR_MMA,
-    GOP_CONVTR_MMA_TAIL,
+    GOP_CONVTR_MMA_TAIL, GOP_CONV_MMA,
 };
 
 struct gpu_op {
@@ -140,6 +140,7 @@ struct gpu_op {
         struct op_resblock resblock;
         struct op_resblock_mma resblock_mma;
         struct op_convtr_mma convtr_mma;
+        struct op_conv_mma conv_mma;
         struct op_transformer transformer;
         struct op_rvq_chain rvq_chain;
         struct op_tails tails;
