@@ -39,11 +39,12 @@ struct cm_geom {
 // Blocks an SM holds: three at 64 input channels (55 KB of shared memory each, 80 registers),
 // three at 128 (68 KB).
 #define CM_BLOCKS 3
+#define CM_PAIRS 1  // stage_window's channel pairs a piece group: 512-byte rows for the phase split
 
 template <int CIN, int COUT, int S, int TILE>
 static __global__ void __launch_bounds__(CM_THREADS, CM_BLOCKS) conv_mma_kernel(const struct op_conv_mma a) {
     typedef cm_geom<CIN, COUT, S, TILE> G;
-    constexpr int XP = G::XP, PP = G::PP, NT = G::NT, H = S;
+    constexpr int XP = G::XP, PP = G::PP, NT = G::NT;
     extern __shared__ __align__(16) unsigned char cm_smem[];
     __nv_bfloat16 *xs = (__nv_bfloat16 *)cm_smem;
     pdl_begin();
@@ -51,19 +52,10 @@ static __global__ void __launch_bounds__(CM_THREADS, CM_BLOCKS) conv_mma_kernel(
     const int T = in.T, R = in.R, ntiles = T / S / TILE, r = blockIdx.x / ntiles, t0 = (blockIdx.x % ntiles) * TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     {  // the window: [history | elu(x)] in bf16 (the history as stored, zeros on a padding row)
-        const size_t cs = (size_t)R * T;
-        const float *xr = in.x + (size_t)r * T;
         const int slot = in.row_slot[r];
-        const float *hist = slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL;
-        stage_window<CIN, G::ROWS, XP>(
-            xs,
-            [&](int u, int i) {
-                const int j = S * t0 + u - H;  // x column
-                if (j >= 0) return make_float2(elu_bf16(__ldg(xr + i * cs + j)), elu_bf16(__ldg(xr + (i + 1) * cs + j)));
-                if (!hist) return make_float2(0.0f, 0.0f);  // t0 = 0, u < H: the history
-                return make_float2(hist[i * H + u], hist[(i + 1) * H + u]);
-            },
-            [](int u) { return u % S * PP + u / S; });
+        stage_window<CIN, G::ROWS, XP, CM_PAIRS>(
+            xs, in.x + (size_t)r * T, (size_t)R * T, S * t0 - S, slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL,
+            S, [](float v) { return elu_bf16(v); }, [](int u) { return u % S * PP + u / S; });
     }
     __syncthreads();
 
@@ -103,7 +95,7 @@ static int launch(const struct op_conv_mma *a, struct gpu_exec *ex) {
 extern "C" int mimi_cuda_conv_mma(const struct op_conv_mma *a, struct gpu_exec *ex) {
     const struct op_im2col &in = a->in;
     if (!GPU_CONV_MMA_FITS(in.c_in, a->c_out, in.K, in.S, in.T) || in.H != in.K - in.S || in.replicate || !in.elu ||
-        in.R < 1 || (uintptr_t)a->y % 8 || (uintptr_t)a->wf % 16) {
+        in.R < 1 || (uintptr_t)in.x % 16 || (uintptr_t)a->y % 8 || (uintptr_t)a->wf % 16) {
         if (ex->errmsg)
             snprintf(ex->errmsg, ex->errlen, "conv_mma: %d -> %d channels, K %d, stride %d, T %d: no kernel", in.c_in,
                      a->c_out, in.K, in.S, in.T);

@@ -23,6 +23,7 @@
 
 #define CT_THREADS 256
 #define CT_WARPS (CT_THREADS / 32)
+#define CT_PAIRS 8  // stage_window's channel pairs a piece group (the window in step order)
 
 template <int CIN, int COUT, int S, int TILE>
 struct ct_geom {
@@ -60,9 +61,8 @@ static __global__ void __launch_bounds__(CT_THREADS, CT_BLOCKS(CIN)) convtr_mma_
     const int slot = tr.row_slot[r];
     const float *tail = t0 == 0 && slot >= 0 ? tr.tail + (size_t)slot * tr.slot_stride : NULL;
     // the window: v(t0 - 1 + u) in bf16, zeros before step 0
-    stage_window<CIN, G::ROWS, XP>(
-        xs,
-        [&](int u, int i) { return t0 + u > 0 ? input_pair(a, i, r, t0 - 1 + u) : make_float2(0.0f, 0.0f); },
+    stage_window<CIN, G::ROWS, XP, CT_PAIRS>(
+        xs, tr.x + (size_t)r * T, (size_t)R * T, t0 - 1, NULL, 1, [&](float v) { return a.elu ? elu_bf16(v) : v; },
         [](int u) { return u; });
     __syncthreads();
     // B of step kt (v(t - s), channels i0 ..) for steps n: window rows n + 1 - s
@@ -111,7 +111,7 @@ static __global__ void __launch_bounds__(CT_THREADS) convtr_mma_tail_kernel(cons
     const struct op_convtr &tr = a.tr;
     const int T = tr.T, R = tr.R, r0 = blockIdx.x * CT_TAIL_ROWS, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, q = lane & 3;
-    stage_window<CIN, CT_TAIL_ROWS, XP>(
+    stage_rows<CIN, CT_TAIL_ROWS, XP>(
         vs, [&](int u, int i) { return r0 + u < R ? input_pair(a, i, r0 + u, T - 1) : make_float2(0.0f, 0.0f); },
         [](int u) { return u; });
     __syncthreads();
@@ -134,8 +134,8 @@ static __global__ void __launch_bounds__(CT_THREADS) convtr_mma_tail_kernel(cons
 
 static bool fits(const struct op_convtr_mma *a, struct gpu_exec *ex) {
     const struct op_convtr &tr = a->tr;
-    if (GPU_CONVTR_MMA_FITS(a->c_in, tr.c_out, tr.K, tr.S, tr.T) && tr.R >= 1 && (uintptr_t)tr.y % 16 == 0 &&
-        (uintptr_t)a->wf % 16 == 0)
+    if (GPU_CONVTR_MMA_FITS(a->c_in, tr.c_out, tr.K, tr.S, tr.T) && tr.R >= 1 && (uintptr_t)tr.x % 16 == 0 &&
+        (uintptr_t)tr.y % 16 == 0 && (uintptr_t)a->wf % 16 == 0)
         return true;
     if (ex->errmsg)
         snprintf(ex->errmsg, ex->errlen, "convtr_mma: %d -> %d channels, K %d, stride %d, T %d: no kernel", a->c_in,

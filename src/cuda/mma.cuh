@@ -45,7 +45,7 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned (&v)[4], const void 
 // rows of each of 8 channels and the stores of 8 consecutive rows fall on distinct banks when
 // XP / 2 = 4 (mod 32); CHUNK items' loads are issued before their stores.
 template <int C, int ROWS, int XP, typename Load, typename Dst>
-static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, Load load, Dst dst) {
+static __device__ __forceinline__ void stage_rows(__nv_bfloat16 *xs, Load load, Dst dst) {
     constexpr int WARPS = 8, CHUNK = 8, OCT = C / 8, ITEMS = (ROWS + 7) / 8 * OCT;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 #pragma unroll 1
@@ -60,6 +60,55 @@ static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, Load load
         for (int q = 0; q < CHUNK; q++) {
             const int it = c0 + q * WARPS, b = it / OCT, i = 8 * (it - b * OCT) + 2 * (lane >> 3), u = 8 * b + (lane & 7);
             if (it < ITEMS && u < ROWS) *(unsigned *)(xs + dst(u) * XP + i) = pack_bf16(v[q].x, v[q].y);
+        }
+    }
+}
+
+// The window of a tile staged from x in 16-byte pieces: xs row dst(u) (pitch XP bf16 values),
+// channels i, i + 1 = bf16 of f(x) at column j0 + u of channels i, i + 1 (xr: the row's channel
+// 0, channel i at xr + i * cs, 16-byte aligned with cs a multiple of 4) for u < ROWS and i < C;
+// columns j0 + u < 0 come from the history hist (C, H) at column j0 + u + H as stored (zeros
+// without one). Pieces start at the aligned column a0 <= j0 (j0 >= -H). Item it takes channel
+// pair PC (it / PC / NF) + it % PC and piece it / PC % NF: a warp reads 512 / PC contiguous bytes
+// of 2 PC channel rows. Its 4-byte stores of one piece value fall PC to a bank group of 4 rows:
+// PC = 8 keeps them at most two to a bank when dst is the identity and XP / 2 = 4 (mod 32);
+// PC = 1 (whole 512-byte rows) suits a phase split of stride 4, which puts consecutive pieces on
+// consecutive rows. CHUNK items' loads are issued before their stores. Reads stay within the
+// row when T % 4 == 0 and j0 + ROWS <= T.
+template <int C, int ROWS, int XP, int PC, typename F, typename Dst>
+static __device__ __forceinline__ void stage_window(__nv_bfloat16 *xs, const float *xr, size_t cs, int j0,
+                                                    const float *hist, int H, F f, Dst dst) {
+    constexpr int THREADS = 256, NF = (ROWS + 6) / 4, ITEMS = C / 2 * NF, CHUNK = 4;
+    static_assert(C / 2 % PC == 0, "channel pairs in groups of PC");
+    const int a0 = j0 >= 0 ? j0 & ~3 : -((-j0 + 3) & ~3);
+#pragma unroll 1
+    for (int it0 = threadIdx.x; it0 < ITEMS; it0 += THREADS * CHUNK) {
+        float4 v[CHUNK][2];
+#pragma unroll
+        for (int c = 0; c < CHUNK; c++) {
+            const int it = it0 + c * THREADS, o = it / PC / NF, p = PC * o + it % PC, j = a0 + 4 * (it / PC - o * NF);
+            if (it < ITEMS && j >= 0 && j < j0 + ROWS) {
+                v[c][0] = __ldg((const float4 *)(xr + 2 * p * cs + j));
+                v[c][1] = __ldg((const float4 *)(xr + (2 * p + 1) * cs + j));
+            } else {
+                v[c][0] = v[c][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; c++) {
+            const int it = it0 + c * THREADS, o = it / PC / NF, p = PC * o + it % PC, j = a0 + 4 * (it / PC - o * NF);
+            if (it >= ITEMS) break;
+            const float lo[4] = {v[c][0].x, v[c][0].y, v[c][0].z, v[c][0].w};
+            const float hi[4] = {v[c][1].x, v[c][1].y, v[c][1].z, v[c][1].w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int u = j + e - j0;
+                if (u < 0 || u >= ROWS) continue;
+                unsigned pair = 0u;
+                if (j >= 0) pair = pack_bf16(f(lo[e]), f(hi[e]));
+                else if (hist) pair = pack_bf16(hist[2 * p * H + j + e + H], hist[(2 * p + 1) * H + j + e + H]);
+                *(unsigned *)(xs + dst(u) * XP + 2 * p) = pair;
+            }
         }
     }
 }

@@ -38,6 +38,7 @@
 // had allowed two.
 #define RM_BLOCKS(C) ((C) == 128 ? 4 : 3)
 #define RM_HALVES 2
+#define RM_PAIRS 8  // stage_window's channel pairs a piece group (the window in step order)
 
 template <int C>
 struct rm_geom {
@@ -61,19 +62,11 @@ static __global__ void __launch_bounds__(RM_THREADS, RM_BLOCKS(C)) resblock_mma_
     const int T = in.T, R = in.R, ntiles = T / RM_TILE, r = blockIdx.x / ntiles, t0 = (blockIdx.x % ntiles) * RM_TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     {  // the window: [history | elu(x)] in bf16 (the history as stored, zeros on a padding row)
-        const size_t cs = (size_t)R * T;
-        const float *xr = in.x + (size_t)r * T;
         const int slot = in.row_slot[r];
-        const float *hist = slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL;
-        stage_window<C, RM_ROWS, XP>(
-            xs,
-            [&](int u, int i) {
-                const int j = t0 + u - (GPU_RESBLOCK_K - 1);  // x column
-                if (j >= 0) return make_float2(elu_bf16(__ldg(xr + i * cs + j)), elu_bf16(__ldg(xr + (i + 1) * cs + j)));
-                if (!hist) return make_float2(0.0f, 0.0f);  // t0 = 0, u < H = K - 1: the history
-                return make_float2(hist[i * (GPU_RESBLOCK_K - 1) + u], hist[(i + 1) * (GPU_RESBLOCK_K - 1) + u]);
-            },
-            [](int u) { return u; });
+        stage_window<C, RM_ROWS, XP, RM_PAIRS>(
+            xs, in.x + (size_t)r * T, (size_t)R * T, t0 - (GPU_RESBLOCK_K - 1),
+            slot >= 0 ? in.hist + (size_t)slot * in.slot_stride : NULL, GPU_RESBLOCK_K - 1,
+            [](float v) { return elu_bf16(v); }, [](int u) { return u; });
     }
     __syncthreads();
 
@@ -150,7 +143,7 @@ static int launch(const struct op_resblock_mma *a, struct gpu_exec *ex) {
 extern "C" int mimi_cuda_resblock_mma(const struct op_resblock_mma *a, struct gpu_exec *ex) {
     const struct op_im2col &in = a->in;
     if (!GPU_RESBLOCK_MMA_FITS(in.c_in, a->hid, in.T) || in.K != GPU_RESBLOCK_K || in.S != 1 ||
-        in.H != GPU_RESBLOCK_K - 1 || in.replicate || !in.elu || in.R < 1 || (uintptr_t)in.x % 8 ||
+        in.H != GPU_RESBLOCK_K - 1 || in.replicate || !in.elu || in.R < 1 || (uintptr_t)in.x % 16 ||
         (uintptr_t)a->y % 8 || (uintptr_t)a->w1f % 16 || (uintptr_t)a->w2f % 16) {
         if (ex->errmsg)
             snprintf(ex->errmsg, ex->errlen, "resblock_mma: %d channels, %d hidden, K %d, stride %d, T %d: no kernel",
