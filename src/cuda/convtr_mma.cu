@@ -23,7 +23,7 @@
 
 #define CT_THREADS 256
 #define CT_WARPS (CT_THREADS / 32)
-#define CT_PAIRS 8  // stage_window's channel pairs a piece group (the window in step order)
+#define CT_PAIRS 4  // stage_window's channel pairs a piece group (the window in step order)
 
 template <int CIN, int COUT, int S, int TILE>
 struct ct_geom {

@@ -38,7 +38,7 @@
 // had allowed two.
 #define RM_BLOCKS(C) ((C) == 128 ? 4 : 3)
 #define RM_HALVES 2
-#define RM_PAIRS 8  // stage_window's channel pairs a piece group (the window in step order)
+#define RM_PAIRS 4  // stage_window's channel pairs a piece group (the window in step order)
 
 template <int C>
 struct rm_geom {
