@@ -4,14 +4,17 @@
  * encoder's first two downsamplings (64 -> 128 channels, S 4, 1920 input steps a frame; 128 ->
  * 256, S 5, 480 steps). There im2col wrote K/S = 2 bf16 copies of elu(x) for a cuBLAS product to
  * read again: at 2048 rows on an H200, 564 + 411 us and 330 + 221 us (with the carries 12 and 18).
+ * This kernel takes 651 and 562 us (its window staged from 16-byte pieces; from 4-byte loads of
+ * two channels it had taken 1181 and 741, slower than im2col and the product).
  *
  * As a product: output t of a row is W (c_out, K*c_in, tap-major) times the window rows S t + k,
  * k < K, of [history | v], v = bf16(elu_bf16(x)). A block takes TILE outputs of one row, 8
  * warps:
- * - window: the S (TILE + 1) input steps the tile reads, staged phase-major: step S m + p (from
- *   the tile's first, the history first) at row p * PP + m of xs (channels contiguous), so that
- *   tap k = S a + p of outputs n .. n + 7 is the 8 consecutive rows p * PP + a + n .. (an
- *   ldmatrix row each; with the steps in order they were S rows apart, on the same banks).
+ * - window: the S (TILE + 1) input steps the tile reads (mma.cuh's stage_window), phase-major:
+ *   step S m + p (from the tile's first, the history first) at row p * PP + m of xs (channels
+ *   contiguous), so that tap k = S a + p of outputs n .. n + 7 is the 8 consecutive rows
+ *   p * PP + a + n .. (an ldmatrix row each; with the steps in order they were S rows apart, on
+ *   the same banks).
  * - warp w takes outputs 16 m .. + 15 (m = w, w + 8, ..) over every column: A fragments from wf
  *   (fragment order: mma.cuh's mma_rows), B fragments by ldmatrix.x4 over two column groups.
  *   The bias (f32) is added and y stored as 8-byte pieces from the accumulators.

@@ -5,7 +5,8 @@
  * per-tap product (2S times the output channels over every input step, in f32) and the
  * overlap-add wrote and read again about 3.5 times the output. At 2048 rows on an H200 they took
  * 1.67 and 0.86 ms; this kernel 1.08 and 0.71 (0.97 for S 4 at three blocks an SM instead of
- * two), its tail launch 0.02 and 0.03.
+ * two), and 0.71 and 0.68 with its window staged from 16-byte pieces (mma.cuh's stage_window); its
+ * tail launch 0.02 and 0.03.
  *
  * As a product: output phase f of input step t is row o*S + f of W' (c_out*S, 2*c_in) times
  * [v(t); v(t - 1)], W'[o*S + f] = [W[o, f] | W[o, f + S]]. A block takes TILE input steps of one

@@ -5,15 +5,17 @@
  * ELU pass wrote and read again about 4.5 times the block's input per step (at 2048 rows on an
  * H200: 1.23 ms for the 128-channel level, 0.54 for the 256 one, in each direction); this kernel
  * reads x once (with a two-column halo) and writes y once: 0.92 and 0.42 ms, and 0.76 ms for the
- * 128-channel level at four blocks an SM instead of three. That is still about three times its
- * memory floor (1 GB at 4.3 TB/s): a block's window loads, products and stores run one after
- * another, and Nsight Compute found the kernel waiting on its global loads with too few warps
- * (no warp eligible in 69% of cycles at three blocks an SM).
+ * 128-channel level at four blocks an SM instead of three. Nsight Compute had found it waiting on
+ * its global loads with too few warps (no warp eligible in 69% of cycles at three blocks an SM):
+ * the window came in 4-byte loads, 32 bytes of a channel row per 8 lanes. Staged from 16-byte
+ * pieces (mma.cuh's stage_window) it takes 0.60 and 0.32 ms, still about twice the 128-channel
+ * level's memory floor (1 GB at 4.3 TB/s): a block's window loads, products and stores run one
+ * after another.
  *
  * A block takes one tile: RM_TILE columns of one row, 8 warps.
  * - window: xs (RM_ROWS, XP) bf16, row u = [history | elu(x)] column t0 + u of every channel
- *   (channels contiguous). Lane l of a warp takes row 8b + (l & 7) and channels 2(l >> 3), + 1 of
- *   an octet: 32-byte pieces of 8 rows per load, conflict-free 4-byte stores.
+ *   (channels contiguous), staged by mma.cuh's stage_window: a thread loads 16-byte pieces (4
+ *   columns) of two channels and stores each column's pair as 4 bytes.
  * - h (hid, RM_TILE) = W1 . window over the reduction kk = k*c + i (tap-major): the B fragment of
  *   rows kk .. kk + 15 (one tap, 16 channels) and columns n .. n + 7 is the 8x8 pair of xs rows
  *   n + k .. (16 contiguous channels each), one ldmatrix.x4 per two column groups. A fragments
