@@ -70,6 +70,22 @@ static inline int launch_status(struct gpu_exec *ex, const char *what) {
     return MIMI_EDEVICE;
 }
 
+// pdl_launch of a kernel with `smem` bytes of dynamic shared memory, opted in past the 48 KB a
+// block gets by default; returns launch_status(ex, what), or MIMI_EDEVICE ("what (shared
+// memory)") when the opt-in fails.
+template <typename... Params, typename... Args>
+static inline int launch_smem(const char *what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                              struct gpu_exec *ex, Args... args) {
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "%s (shared memory)", what);
+        return launch_status(ex, msg);
+    }
+    pdl_launch(kernel, grid, block, smem, ex, args...);
+    return launch_status(ex, what);
+}
+
 // Blocks of `block` threads for n items, capped (the kernels loop over the rest).
 static inline unsigned grid_for(size_t n, int block) {
     size_t g = (n + block - 1) / block;

@@ -86,13 +86,8 @@ static __global__ void __launch_bounds__(CM_THREADS, CM_BLOCKS) conv_mma_kernel(
 
 template <int CIN, int COUT, int S, int TILE>
 static int launch(const struct op_conv_mma *a, struct gpu_exec *ex) {
-    const size_t smem = cm_geom<CIN, COUT, S, TILE>::SMEM;
-    if (cudaFuncSetAttribute(conv_mma_kernel<CIN, COUT, S, TILE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) != cudaSuccess)
-        return launch_status(ex, "conv_mma (shared memory)");
-    pdl_launch(conv_mma_kernel<CIN, COUT, S, TILE>, dim3(a->in.R * (a->in.T / S / TILE)), dim3(CM_THREADS), smem, ex,
-               *a);
-    return launch_status(ex, "conv_mma");
+    return launch_smem("conv_mma", conv_mma_kernel<CIN, COUT, S, TILE>, dim3(a->in.R * (a->in.T / S / TILE)),
+                       dim3(CM_THREADS), cm_geom<CIN, COUT, S, TILE>::SMEM, ex, *a);
 }
 
 extern "C" int mimi_cuda_conv_mma(const struct op_conv_mma *a, struct gpu_exec *ex) {

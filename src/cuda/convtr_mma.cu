@@ -146,12 +146,8 @@ static bool fits(const struct op_convtr_mma *a, struct gpu_exec *ex) {
 
 template <int CIN, int COUT, int S, int TILE>
 static int launch(const struct op_convtr_mma *a, struct gpu_exec *ex) {
-    const size_t smem = ct_geom<CIN, COUT, S, TILE>::SMEM;
-    if (cudaFuncSetAttribute(convtr_mma_kernel<CIN, COUT, S, TILE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) != cudaSuccess)
-        return launch_status(ex, "convtr_mma (shared memory)");
-    pdl_launch(convtr_mma_kernel<CIN, COUT, S, TILE>, dim3(a->tr.R * (a->tr.T / TILE)), dim3(CT_THREADS), smem, ex, *a);
-    return launch_status(ex, "convtr_mma");
+    return launch_smem("convtr_mma", convtr_mma_kernel<CIN, COUT, S, TILE>, dim3(a->tr.R * (a->tr.T / TILE)),
+                       dim3(CT_THREADS), ct_geom<CIN, COUT, S, TILE>::SMEM, ex, *a);
 }
 
 extern "C" int mimi_cuda_convtr_mma(const struct op_convtr_mma *a, struct gpu_exec *ex) {

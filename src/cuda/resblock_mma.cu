@@ -134,12 +134,8 @@ static __global__ void __launch_bounds__(RM_THREADS, RM_BLOCKS(C)) resblock_mma_
 
 template <int C>
 static int launch(const struct op_resblock_mma *a, struct gpu_exec *ex) {
-    const size_t smem = rm_geom<C>::SMEM;
-    if (cudaFuncSetAttribute(resblock_mma_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-        cudaSuccess)
-        return launch_status(ex, "resblock_mma (shared memory)");
-    pdl_launch(resblock_mma_kernel<C>, dim3(a->in.R * (a->in.T / RM_TILE)), dim3(RM_THREADS), smem, ex, *a);
-    return launch_status(ex, "resblock_mma");
+    return launch_smem("resblock_mma", resblock_mma_kernel<C>, dim3(a->in.R * (a->in.T / RM_TILE)), dim3(RM_THREADS),
+                       rm_geom<C>::SMEM, ex, *a);
 }
 
 extern "C" int mimi_cuda_resblock_mma(const struct op_resblock_mma *a, struct gpu_exec *ex) {
