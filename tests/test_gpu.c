@@ -268,7 +268,8 @@ static void im2col_bf16_case(int c_in, int R, int T, int K, int S) {
 }
 
 // A bf16 product (cuBLAS, f32 accumulation) against a double product of the same bf16 values,
-// and the conversion op (EW_BF16) against mimi_to_bf16 over a length that is not a multiple of 4.
+// its output poisoned before, and the conversion op (EW_BF16) against mimi_to_bf16 over a length
+// that is not a multiple of 4.
 static void gemm_bf16_case(void) {
     struct op_gemm g = {0};
     g.m = 4096, g.n = 48, g.k = 136, g.lda = g.m, g.ldb = g.k, g.ldc = g.m, g.ab_bf16 = 1;
@@ -319,6 +320,9 @@ static void gemm_bf16_case(void) {
     for (size_t i = 0; i < na; i++) A[i] = (float)bf16_value(A16[i]);
     for (size_t i = 0; i < nb; i++) Bm[i] = (float)bf16_value(B16[i]);
     g.a = dA, g.b = dB, g.c = dC;
+    // C poisoned with NaN: with beta = 0 the product must write every output and read none
+    // (the plans' products land in scratch that earlier ops left as they were)
+    CHECK_EQ(cudaMemset(dC, 0xFF, sizeof(float) * nc), cudaSuccess);
     const int rc = mimi_cuda_gemm(&g, &ex);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(C, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost);
