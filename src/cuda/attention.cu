@@ -346,13 +346,7 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     }
     const int rc = rope_apart(a, &b, ex);
     if (rc) return rc;
-    size_t smem = att_smem(a);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return launch_status(ex, "attention (shared memory)");
-    }
-    pdl_launch(attention_kernel, grid, ATT_THREADS, smem, ex, b, (int)att_parts(a));
-    return launch_status(ex, "attention");
+    return launch_smem("attention", attention_kernel, grid, ATT_THREADS, att_smem(a), ex, b, (int)att_parts(a));
 }
 
 extern "C" int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex) {

@@ -269,13 +269,8 @@ int attention_mma_short_fits(const struct op_attention *a) {
 }
 
 int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex) {
-    const size_t smem = as_smem(a->n_heads);
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(attention_mma_short_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess)
-        return launch_status(ex, "attention (shared memory)");
-    pdl_launch(attention_mma_short_kernel, dim3((unsigned)a->R), 32 * a->n_heads, smem, ex, *a);
-    return launch_status(ex, "attention");
+    return launch_smem("attention", attention_mma_short_kernel, dim3((unsigned)a->R), 32 * a->n_heads,
+                       as_smem(a->n_heads), ex, *a);
 }
 
 int attention_mma_fits(const struct op_attention *a) {

@@ -183,9 +183,6 @@ int attention_tiled_fits(const struct op_attention *a) {
 int attention_tiled(const struct op_attention *a, struct gpu_exec *ex) {
     void (*kernel)(const struct op_attention) =
         a->kv_bf16 ? attention_tiled_kernel<__nv_bfloat16> : attention_tiled_kernel<float>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ATT_SMEM) != cudaSuccess)
-        return launch_status(ex, "attention (shared memory)");
-    pdl_launch(kernel, row_head_grid(a->R, a->n_heads, (a->steps + ATT_TQ - 1) / ATT_TQ), ATT_THREADS, ATT_SMEM, ex,
-               *a);
-    return launch_status(ex, "attention");
+    return launch_smem("attention", kernel, row_head_grid(a->R, a->n_heads, (a->steps + ATT_TQ - 1) / ATT_TQ),
+                       ATT_THREADS, ATT_SMEM, ex, *a);
 }

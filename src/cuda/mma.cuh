@@ -43,10 +43,10 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned (&v)[4], const void 
 
 // Rows that are not one channel row's consecutive columns (the transposed conv's tail launch
 // stages one column of each of 16 streams): xs row dst(u) (pitch XP bf16 values), channels i,
-// i + 1 = load(u, i) (a float2) for rows u < ROWS and channels i < C: lane l of warp w takes row 8b + (l & 7) and the
-// channel pair 2(l >> 3) of an octet, so that a load instruction reads 32 contiguous bytes of 8
-// rows of each of 8 channels and the stores of 8 consecutive rows fall on distinct banks when
-// XP / 2 = 4 (mod 32); CHUNK items' loads are issued before their stores.
+// i + 1 = load(u, i) (a float2) for rows u < ROWS and channels i < C: lane l of warp w takes row
+// 8b + (l & 7) and the channel pair 2(l >> 3) of an octet, so that a load instruction reads 32
+// contiguous bytes of 8 rows of each of 8 channels and the stores of 8 consecutive rows fall on
+// distinct banks when XP / 2 = 4 (mod 32); CHUNK items' loads are issued before their stores.
 template <int C, int ROWS, int XP, typename Load, typename Dst>
 static __device__ __forceinline__ void stage_rows(__nv_bfloat16 *xs, Load load, Dst dst) {
     constexpr int WARPS = 8, CHUNK = 8, OCT = C / 8, ITEMS = (ROWS + 7) / 8 * OCT;
