@@ -202,18 +202,25 @@ static void emu_resblock_mma(const struct op_resblock_mma *a) {
 static void emu_conv_mma(const struct op_conv_mma *a) {
     const struct op_im2col *in = &a->in;
     const int To = in->T / in->S, ck = in->c_in * in->K;
-    float *v = malloc(sizeof(float) * ck);  // the window of one output, (c_in, K)
-    CHECK(v != NULL);
-    for (int r = 0; v && r < in->R; r++)
+    float *w = malloc(sizeof(float) * a->c_out * ck);  // W rounded once
+    float *v = malloc(sizeof(float) * ck);             // the window of one output, (c_in, K)
+    CHECK(w && v);
+    if (!w || !v) {
+        free(w), free(v);
+        return;
+    }
+    for (int o = 0; o < a->c_out; o++)
+        for (int p = 0; p < ck; p++) w[(size_t)o * ck + p] = bf16_round(a->w[(size_t)o * a->ld + p]);
+    for (int r = 0; r < in->R; r++)
         for (int t = 0; t < To; t++) {
             for (int p = 0; p < ck; p++) v[p] = bf16_round(xin(in, p / in->K, r, t * in->S + p % in->K));
             for (int o = 0; o < a->c_out; o++) {
                 float s = 0.0f;
-                for (int p = 0; p < ck; p++) s += bf16_round(a->w[(size_t)o * a->ld + p]) * v[p];
+                for (int p = 0; p < ck; p++) s += w[(size_t)o * ck + p] * v[p];
                 a->y[((size_t)o * in->R + r) * To + t] = s + a->w[(size_t)o * a->ld + ck];
             }
         }
-    free(v);
+    free(w), free(v);
 }
 
 // op_convtr_mma: f(x) and W rounded to bfloat16, the sums and the bias in f32, v(-1) = 0 with
