@@ -328,8 +328,14 @@ static void gemm_bf16_case(void) {
     cudaMemcpy(C, dC, sizeof(float) * nc, cudaMemcpyDeviceToHost);
     gemm_reference(&g, A, Bm, R);
     const double e = rel_l2(C, R, nc);
-    printf("  bf16 product %d x %d x %d: rc %d, rel_l2 %.2e against the rounded operands %s\n", g.m, g.n, g.k, rc, e,
-           msg);
+    size_t nans = 0, far = 0, first = nc;  // outputs left unwritten (the poison), or far from the reference
+    for (size_t i = 0; i < nc; i++) {
+        const int bad = C[i] != C[i] || fabsf(C[i] - R[i]) > 1e-3f * (1.0f + fabsf(R[i]));
+        nans += C[i] != C[i], far += bad;
+        if (bad && first == nc) first = i;
+    }
+    printf("  bf16 product %d x %d x %d: rc %d, rel_l2 %.2e against the rounded operands; %zu NaN, %zu far (first at "
+           "row %zu, column %zu) %s\n", g.m, g.n, g.k, rc, e, nans, far, first % g.m, first / g.m, msg);
     CHECK_EQ(rc, MIMI_OK);
     CHECK(e <= 1e-5);
     cublasDestroy(h), cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dX);
