@@ -167,18 +167,26 @@ static void emu_resblock(const struct op_resblock *a) {
     if (a->has_last) emu_last_conv(a, y), free(y);
 }
 
+// The first `cols` values of each of `rows` rows of w (ld apart), rounded to bfloat16 once, as a
+// packed (rows, cols) matrix (malloc'd; NULL when out of memory).
+static float *rounded_rows(const float *w, int rows, int cols, size_t ld) {
+    float *r = malloc(sizeof(float) * rows * cols);
+    for (int o = 0; r && o < rows; o++)
+        for (int p = 0; p < cols; p++) r[(size_t)o * cols + p] = bf16_round(w[(size_t)o * ld + p]);
+    return r;
+}
+
 // op_resblock_mma: the window, W1, W2 and h rounded to bfloat16, the sums and biases in f32.
 static void emu_resblock_mma(const struct op_resblock_mma *a) {
     const struct op_im2col *in = &a->in;
     const int c = in->c_in, K = in->K, ck = c * K, hid = a->hid;
-    float *w1 = malloc(sizeof(float) * hid * ck), *w2 = malloc(sizeof(float) * c * hid);
+    float *w1 = rounded_rows(a->w1, hid, ck, a->ld1), *w2 = rounded_rows(a->w2, c, hid, a->ld2);
     float *v = malloc(sizeof(float) * ck), *h = malloc(sizeof(float) * hid);
     CHECK(w1 && w2 && v && h);
-    if (!w1 || !w2 || !v || !h) return;
-    for (int j = 0; j < hid; j++)
-        for (int p = 0; p < ck; p++) w1[j * ck + p] = bf16_round(a->w1[(size_t)j * a->ld1 + p]);
-    for (int o = 0; o < c; o++)
-        for (int j = 0; j < hid; j++) w2[o * hid + j] = bf16_round(a->w2[(size_t)o * a->ld2 + j]);
+    if (!w1 || !w2 || !v || !h) {
+        free(w1), free(w2), free(v), free(h);
+        return;
+    }
     for (int r = 0; r < in->R; r++)
         for (int t = 0; t < in->T; t++) {
             for (int i = 0; i < c; i++)
@@ -202,15 +210,13 @@ static void emu_resblock_mma(const struct op_resblock_mma *a) {
 static void emu_conv_mma(const struct op_conv_mma *a) {
     const struct op_im2col *in = &a->in;
     const int To = in->T / in->S, ck = in->c_in * in->K;
-    float *w = malloc(sizeof(float) * a->c_out * ck);  // W rounded once
-    float *v = malloc(sizeof(float) * ck);             // the window of one output, (c_in, K)
+    float *w = rounded_rows(a->w, a->c_out, ck, a->ld);
+    float *v = malloc(sizeof(float) * ck);  // the window of one output, (c_in, K)
     CHECK(w && v);
     if (!w || !v) {
         free(w), free(v);
         return;
     }
-    for (int o = 0; o < a->c_out; o++)
-        for (int p = 0; p < ck; p++) w[(size_t)o * ck + p] = bf16_round(a->w[(size_t)o * a->ld + p]);
     for (int r = 0; r < in->R; r++)
         for (int t = 0; t < To; t++) {
             for (int p = 0; p < ck; p++) v[p] = bf16_round(xin(in, p / in->K, r, t * in->S + p % in->K));
