@@ -7,7 +7,7 @@
  * and whole-signal throughput of one file and of many files in one call (the reference's offline
  * figure is 16 clips of 60 s). Not part of the library; bench_stream.c is the CPU's.
  *
- * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16] [--threads N]
+ * usage: mimi-bench-gpu [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16,int8kv] [--threads N]
  *        mimi-bench-gpu [--model PATH] [--modes ...] --profile B [--frames F] [--warm N] [--ops]
  *                                            (only the per-op profile of B streams, or with
  *                                            --frames of a whole-signal lane of B slots stepping
@@ -526,11 +526,14 @@ static void fidelity(struct mimi_model *strict, struct mimi_model *fast, const c
 
 // ---- main ----
 
-#define N_MODES 4  // enum mimi_precision
-static const char *const MODE_NAMES[N_MODES] = {"strict (f32)", "fast (TF32)", "fast (TF32, bf16 KV)", "fast (bf16)"};
-static const char *const MODE_FLAGS[N_MODES] = {"strict", "fast", "bf16kv", "bf16"};
-static const double MODE_PEAKS[N_MODES] = {PEAK_F32_TFLOPS, PEAK_TF32_TFLOPS, PEAK_TF32_TFLOPS, PEAK_BF16_TFLOPS};
-static const char *const PEAK_NAMES[N_MODES] = {"f32", "TF32 tensor-core", "TF32 tensor-core", "bf16 tensor-core"};
+#define N_MODES 5  // enum mimi_precision
+static const char *const MODE_NAMES[N_MODES] = {"strict (f32)", "fast (TF32)", "fast (TF32, bf16 KV)", "fast (bf16)",
+                                                "fast (bf16, int8 KV)"};
+static const char *const MODE_FLAGS[N_MODES] = {"strict", "fast", "bf16kv", "bf16", "int8kv"};
+static const double MODE_PEAKS[N_MODES] = {PEAK_F32_TFLOPS, PEAK_TF32_TFLOPS, PEAK_TF32_TFLOPS, PEAK_BF16_TFLOPS,
+                                           PEAK_BF16_TFLOPS};
+static const char *const PEAK_NAMES[N_MODES] = {"f32", "TF32 tensor-core", "TF32 tensor-core", "bf16 tensor-core",
+                                                "bf16 tensor-core"};
 
 // --modes: a comma-separated list of MODE_FLAGS; returns the bit set (bit i: precision i), or -1.
 static int parse_modes(const char *list) {
@@ -650,7 +653,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             modes = parse_modes(argv[++i]);
             if (modes <= 0) {
-                fprintf(stderr, "--modes takes strict, fast, bf16kv and bf16, comma-separated\n");
+                fprintf(stderr, "--modes takes strict, fast, bf16kv, bf16 and int8kv, comma-separated\n");
                 return 2;
             }
         }
@@ -661,7 +664,7 @@ int main(int argc, char **argv) {
             return rc ? 1 : 0;
         }
         else {
-            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16] [--threads N] "
+            fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16,int8kv] [--threads N] "
                             "[--profile B [--frames F] [--warm N] [--ops]] [--offline [--files N] [--trim]] [--fidelity] | --write-model PATH\n", argv[0]);
             return 2;
         }

@@ -180,13 +180,22 @@ enum mimi_backend {
  * take half the memory, so a step of many streams or a whole-signal pass runs the fastest of all
  * modes, and the least faithful. Products small enough for the bandwidth-bound kernel (one
  * stream's transformer rows, the late SEANet layers) and products over fewer than 64 values
- * (the first conv) stay f32 in every mode. The measured code agreement and PCM error of each mode against STRICT are in
- * bench/results/ (mimi-bench-gpu prints them). */
+ * (the first conv) stay f32 in every mode.
+ * FAST_INT8_KV: FAST_BF16, with the attention rings of streaming steps (one frame a step) in
+ * 8-bit integers: each head's 64 keys (and values) of a position are stored as int8 times one
+ * f32 scale, their largest magnitude / 127 (rounded to nearest). Attention reads about half the
+ * bytes of bfloat16 rings and a stream's rings take half the memory, so a GPU carries the most
+ * streams; the rings' rounding error is about 3.5 times bfloat16's. Whole-signal passes keep
+ * bfloat16 rings (theirs live for one call), and steps of one to eight rows take the per-layer
+ * kernels instead of the persistent transformer, which knows f32 and bfloat16 rings only.
+ * The measured code agreement and PCM error of each mode against STRICT are in bench/results/
+ * (mimi-bench-gpu prints them). */
 enum mimi_precision {
     MIMI_PRECISION_STRICT = 0,
     MIMI_PRECISION_FAST = 1,
     MIMI_PRECISION_FAST_BF16_KV = 2,
     MIMI_PRECISION_FAST_BF16 = 3,
+    MIMI_PRECISION_FAST_INT8_KV = 4,
 };
 
 struct mimi_model_params {

@@ -54,7 +54,7 @@ static struct mimi_model *model_new(const struct mimi_model_params *params, int 
     }
     if (params->backend < MIMI_BACKEND_AUTO || params->backend > MIMI_BACKEND_CUDA ||
         params->device < 0 ||
-        params->precision < MIMI_PRECISION_STRICT || params->precision > MIMI_PRECISION_FAST_BF16) {
+        params->precision < MIMI_PRECISION_STRICT || params->precision > MIMI_PRECISION_FAST_INT8_KV) {
         if (err) *err = MIMI_EINVAL;
         return NULL;
     }

@@ -39,6 +39,16 @@ static void test_null_handles(void) {
     mp.n_threads = 0;
     CHECK(mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc) == NULL);
     CHECK_EQ(rc, MIMI_EINVAL);
+    // precisions: the last one is taken (the CPU ignores it), one past it is refused
+    mimi_model_params_default(&mp);
+    mp.precision = MIMI_PRECISION_FAST_INT8_KV + 1;
+    CHECK(mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc) == NULL);
+    CHECK_EQ(rc, MIMI_EINVAL);
+    mp.precision = MIMI_PRECISION_FAST_INT8_KV;
+    struct mimi_model *m = mimi_model_load(MIMI_TEST_MODELS "/native.safetensors", &mp, &rc);
+    CHECK(m != NULL);
+    mimi_model_destroy(m);
+    mimi_model_params_default(&mp);
     mimi_model_destroy(NULL);
     mimi_model_trim(NULL);
     mimi_encoder_destroy(NULL);

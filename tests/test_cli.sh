@@ -189,7 +189,7 @@ check "an unknown --isa is a usage error" eval 'rc_is 2 && stderr_has "--isa" &&
 run encode --model "$MODEL" --weights f8 "$T/one.wav" -o "$T/w.npy"
 check "an unknown --weights is a usage error" eval 'rc_is 2 && absent "$T/w.npy"'
 run encode --model "$MODEL" --precision half "$T/one.wav" -o "$T/p.npy"
-check "an unknown --precision is a usage error" eval 'rc_is 2 && stderr_has "strict, fast, bf16kv or bf16" && absent "$T/p.npy"'
+check "an unknown --precision is a usage error" eval 'rc_is 2 && stderr_has "strict, fast, bf16kv, bf16 or int8kv" && absent "$T/p.npy"'
 run encode --model "$MODEL" --precision fast "$T/one.wav" -o "$T/p.npy"
 check "--precision fast on the CPU is a usage error" eval 'rc_is 2 && stderr_has "--backend cuda" && absent "$T/p.npy"'
 run encode --model "$MODEL" --precision strict "$T/one.wav" -o "$T/p.npy"

@@ -142,7 +142,7 @@ static void gemm_reference(const struct op_gemm *g, const float *A, const float 
                 v += a * b;
             }
             float *c = C + i + (size_t)j * g->ldc;
-            *c = (float)(v + (double)g->beta * *c);
+            *c = (float)(g->beta != 0.0f ? v + (double)g->beta * *c : v);  // beta 0: C is not read (BLAS)
             if (g->gelu) mimi_gelu(c, 1);
         }
 }
@@ -416,7 +416,7 @@ static void attention_mma_case(void) {
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
     struct op_attention a = {dqkv, dout, dstate, dstate + (size_t)RING * D / 2, (int32_t *)(dstate + (size_t)RING * D),
                              (int32_t *)(dstate + (size_t)RING * D + RING), drs, NULL, stride, R, STEPS, D, HEADS, HD,
-                             RING, CONTEXT, 0, 1, 0};
+                             RING, CONTEXT, 0, 1, 0, 0};
     for (int mma = 0; mma < 2; mma++) {
         a.mma_bf16 = mma;
         cudaMemset(dout, 0xFF, sizeof(float) * n_out);  // NaN: every value must be written
@@ -972,7 +972,7 @@ static void attention_short_case(int steps) {
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
     struct op_attention a = {dqkv, dout, dstate, dstate + (size_t)RING * D / 2, (int32_t *)(dstate + (size_t)RING * D),
                              (int32_t *)(dstate + (size_t)RING * D + RING), drs, dfreq, stride, R, steps, D, HEADS, HD,
-                             RING, RING, 1, 1, 0};
+                             RING, RING, 1, 1, 0, 0};
     for (int mma = 0; mma < 2; mma++) {
         a.mma_bf16 = mma;
         cudaMemcpy(dqkv, qkv, sizeof(float) * n_qkv, cudaMemcpyHostToDevice);
@@ -996,9 +996,144 @@ static void attention_short_case(int steps) {
     free(qkv), free(state), free(freq), free(o[0]), free(o[1]), free(st[0]), free(st[1]);
 }
 
+// A streaming step's attention over int8 rings (MIMI_PRECISION_FAST_INT8_KV), through the
+// one-pass kernel (f32 arithmetic) and the short steps' tensor-core kernel, rotation and ring
+// store inline: 20 rows of `steps` queries as attention_short_case. Each new key and value must
+// be stored as gpu_kv_int8_code / _scale give for the rotated values the kernel leaves in qkv,
+// both kernels must leave the same rings, and each output must match attention over the stored
+// (dequantized) ring computed here: the one-pass kernel's to f32 rounding, the tensor-core
+// kernel's within the rounding of q and the probabilities to bf16.
+static void attention_int8_case(int steps) {
+    enum { R = 20, D = 512, HEADS = 8, HD = 64, RING = 250, CONTEXT = 250 };
+    const size_t half = (size_t)RING * (D / 4 + HEADS);  // one ring: int8 values, then scales (floats)
+    const size_t stride = (2 * half + RING + 1 + 3) & ~(size_t)3;
+    const size_t n_qkv = (size_t)R * steps * 3 * D, n_out = (size_t)R * steps * D, n_state = (size_t)R * stride;
+    float *qkv = malloc(sizeof(float) * n_qkv), *state = calloc(n_state, sizeof(float)), *freq = malloc(sizeof(float) * HD / 2);
+    float *o[2] = {malloc(sizeof(float) * n_out), malloc(sizeof(float) * n_out)}, *want = malloc(sizeof(float) * n_out);
+    float *st[2] = {malloc(sizeof(float) * n_state), malloc(sizeof(float) * n_state)}, *rot = malloc(sizeof(float) * n_qkv);
+    float *dqkv = NULL, *dout = NULL, *dstate = NULL, *dfreq = NULL;
+    int32_t *drs = NULL, row_slot[R];
+    CHECK(qkv && state && freq && o[0] && o[1] && want && st[0] && st[1] && rot);
+    CHECK_EQ(cudaMalloc((void **)&dqkv, sizeof(float) * n_qkv), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dout, sizeof(float) * n_out), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * n_state), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dfreq, sizeof(float) * HD / 2), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!qkv || !state || !freq || !o[0] || !o[1] || !want || !st[0] || !st[1] || !rot || !dqkv || !dout || !dstate ||
+        !dfreq || !drs)
+        return;
+    for (size_t i = 0; i < n_qkv; i++) qkv[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (int i = 0; i < HD / 2; i++) freq[i] = powf(10000.0f, -2.0f * i / HD);
+    for (int r = 0; r < R; r++) {
+        row_slot[r] = r == 7 ? -1 : R - 1 - r;  // rows in another order than slots
+        float *sl = state + (size_t)r * stride;
+        for (int kv = 0; kv < 2; kv++) {
+            int8_t *v8 = (int8_t *)(sl + kv * half);
+            float *scale = sl + kv * half + (size_t)RING * D / 4;
+            for (size_t i = 0; i < (size_t)RING * D; i++) v8[i] = (int8_t)(int)(254.0f * test_rng_float() - 127.0f);
+            for (int i = 0; i < RING * HEADS; i++) scale[i] = 0.005f + 0.015f * test_rng_float();
+        }
+        int32_t *pos = (int32_t *)(sl + 2 * half);
+        const int32_t next = r % 3 == 0 ? 0 : r % 3 == 1 ? 1000 + r : RING - 1;  // fresh, deep, at the wrap
+        for (int j = 0; j < RING; j++) pos[j] = -1;
+        for (int32_t p = next + steps - RING; p < next + steps; p++)  // after the step's positions op
+            if (p >= 0) pos[p % RING] = p;
+        pos[RING] = next;
+    }
+    cudaMemcpy(dfreq, freq, sizeof(float) * HD / 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_INT8_KV, msg, sizeof msg, 0, NULL, NULL, 0};
+    struct op_attention a = {dqkv, dout, dstate, dstate + half, (int32_t *)(dstate + 2 * half),
+                             (int32_t *)(dstate + 2 * half + RING), drs, dfreq, stride, R, steps, D, HEADS, HD,
+                             RING, CONTEXT, 1, 0, 0, 1};
+    for (int mma = 0; mma < 2; mma++) {
+        a.mma_bf16 = mma;
+        cudaMemcpy(dqkv, qkv, sizeof(float) * n_qkv, cudaMemcpyHostToDevice);
+        cudaMemcpy(dstate, state, sizeof(float) * n_state, cudaMemcpyHostToDevice);
+        cudaMemset(dout, 0xFF, sizeof(float) * n_out);  // NaN: every value must be written
+        CHECK_EQ(mimi_cuda_attention(&a, &ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(o[mma], dout, sizeof(float) * n_out, cudaMemcpyDeviceToHost);
+        cudaMemcpy(st[mma], dstate, sizeof(float) * n_state, cudaMemcpyDeviceToHost);
+        if (mma == 0) cudaMemcpy(rot, dqkv, sizeof(float) * n_qkv, cudaMemcpyDeviceToHost);  // rotated q and k
+    }
+    // the new entries as the quantizer gives them, and the attention over the stored rings
+    size_t stored_differ = 0, old_differ = 0, pad = 0, ring_differ = 0;
+    for (size_t i = 0; i < n_state; i++) ring_differ += memcmp(&st[0][i], &st[1][i], sizeof(float)) != 0;
+    for (int r = 0; r < R; r++) {
+        const int slot = row_slot[r] < 0 ? 0 : row_slot[r];
+        const float *sl = st[0] + (size_t)slot * stride, *sl0 = state + (size_t)slot * stride;
+        const int32_t next = ((const int32_t *)(sl + 2 * half))[RING], *pos = (const int32_t *)(sl + 2 * half);
+        for (int s = 0; s < steps; s++)
+            for (int h = 0; h < HEADS; h++) {
+                float *out = want + ((size_t)r * steps + s) * D + h * HD;
+                const float *q = rot + ((size_t)r * steps + s) * 3 * D + h * HD;
+                for (int kv = 0; kv < 2 && row_slot[r] >= 0; kv++) {
+                    const float *x = q + (kv + 1) * D;
+                    float absmax = 0.0f;
+                    for (int i = 0; i < HD; i++) absmax = fmaxf(absmax, fabsf(x[i]));
+                    const size_t e = (size_t)((next + s) % RING);
+                    const int8_t *v8 = (const int8_t *)(sl + kv * half) + e * D + h * HD;
+                    const float scale = sl[kv * half + (size_t)RING * D / 4 + e * HEADS + h];
+                    stored_differ += memcmp(&scale, &(float){gpu_kv_int8_scale(absmax)}, sizeof scale) != 0;
+                    for (int i = 0; i < HD; i++) stored_differ += v8[i] != gpu_kv_int8_code(x[i], absmax);
+                }
+                memset(out, 0, sizeof(float) * HD);
+                if (row_slot[r] < 0) continue;
+                double sc[RING], mxs = -INFINITY, sum = 0.0, acc[HD] = {0};
+                for (int j = 0; j < RING; j++) {
+                    const int32_t age = next + s - pos[j];
+                    sc[j] = -INFINITY;
+                    if (pos[j] < 0 || age < 0 || age >= CONTEXT) continue;
+                    const int8_t *k8 = (const int8_t *)sl + (size_t)j * D + h * HD;
+                    const float ks = sl[(size_t)RING * D / 4 + (size_t)j * HEADS + h];
+                    double dot = 0.0;
+                    for (int i = 0; i < HD; i++) dot += (double)q[i] * (k8[i] * ks);
+                    sc[j] = dot / 8.0;
+                    if (sc[j] > mxs) mxs = sc[j];
+                }
+                for (int j = 0; j < RING; j++) {
+                    if (sc[j] == -INFINITY) continue;
+                    const double p = exp(sc[j] - mxs);
+                    const int8_t *v8 = (const int8_t *)(sl + half) + (size_t)j * D + h * HD;
+                    const float vs = sl[half + (size_t)RING * D / 4 + (size_t)j * HEADS + h];
+                    sum += p;
+                    for (int i = 0; i < HD; i++) acc[i] += p * (v8[i] * vs);
+                }
+                for (int i = 0; i < HD; i++) out[i] = (float)(acc[i] / sum);
+            }
+        // entries the step did not write are as they were
+        for (size_t i = 0; i < 2 * half && row_slot[r] >= 0; i++) {
+            const size_t in_ring = i % half;
+            const int is_scale = in_ring >= (size_t)RING * D / 4;
+            const size_t e = is_scale ? (in_ring - (size_t)RING * D / 4) / HEADS : in_ring * 4 / D;
+            int written = 0;
+            for (int s = 0; s < steps; s++) written |= e == (size_t)((next + s) % RING);
+            if (!written) old_differ += memcmp(&sl[i], &sl0[i], sizeof(float)) != 0;
+        }
+    }
+    for (int i = 0; i < steps * D; i++) pad += o[1][(size_t)7 * steps * D + i] != 0.0f || o[0][(size_t)7 * steps * D + i] != 0.0f;
+    const double rel1 = rel_l2(o[0], want, n_out), rel2 = rel_l2(o[1], want, n_out);
+    printf("  streaming attention (%d steps, %d rows) over int8 rings: one-pass kernel rel_l2 %.2e, tensor cores %.2e "
+           "against the stored rings; %zu stored values not as quantized, %zu others changed, %zu ring values differ "
+           "between the kernels, %zu padding values not 0 %s\n",
+           steps, R, rel1, rel2, stored_differ, old_differ, ring_differ, pad, msg);
+    CHECK(rel1 < 1e-5);
+    CHECK(rel2 > 0 && rel2 < 1e-2);  // above 0: the mode took the tensor cores
+    CHECK_EQ(stored_differ, 0);
+    CHECK_EQ(old_differ, 0);
+    CHECK_EQ(ring_differ, 0);
+    CHECK_EQ(pad, 0);
+    cudaFree(dqkv), cudaFree(dout), cudaFree(dstate), cudaFree(dfreq), cudaFree(drs);
+    free(qkv), free(state), free(freq), free(o[0]), free(o[1]), free(want), free(st[0]), free(st[1]), free(rot);
+}
+
 static void test_bf16_operands(void) {
     attention_short_case(2);  // a frame's two transformer steps
     attention_short_case(1);
+    attention_int8_case(2);
+    attention_int8_case(1);
     resblock_last_case(MIMI_PRECISION_FAST, 1920);       // 15 whole tiles a row
     resblock_last_case(MIMI_PRECISION_FAST, 1924);       // and a last tile of 4 columns
     resblock_last_case(MIMI_PRECISION_FAST_BF16, 1920);

@@ -486,13 +486,44 @@ static void emu_positions(const struct op_attention *a) {
 }
 
 // Value i of slot `slot`'s ring: f32, or bfloat16 (the high half of an f32, rounded to nearest
-// even when stored) with kv_bf16; slot_stride counts 4-byte elements either way.
+// even when stored) with kv_bf16, or with kv_int8 an int8 times its entry's scale for the head
+// (ops.h's layout: the ring's int8 values, then its scales); slot_stride counts 4-byte elements.
 static void ring_store(const struct op_attention *a, void *ring, int slot, size_t i, float x) {
     put_value((float *)ring + a->slot_stride * (size_t)slot, i, x, a->kv_bf16);
 }
 
+// Head h of ring entry e from the head's hd values x, quantized (kv_int8).
+static void ring_store_int8(const struct op_attention *a, void *ring, int slot, size_t e, int h, const float *x) {
+    float *base = (float *)ring + a->slot_stride * (size_t)slot, absmax = 0.0f;
+    int8_t *v8 = (int8_t *)base + e * a->d + (size_t)h * a->head_dim;
+    for (int i = 0; i < a->head_dim; i++) absmax = fmaxf(absmax, fabsf(x[i]));
+    for (int i = 0; i < a->head_dim; i++) v8[i] = (int8_t)gpu_kv_int8_code(x[i], absmax);
+    base[(size_t)a->ring * a->d / 4 + e * a->n_heads + h] = gpu_kv_int8_scale(absmax);
+}
+
+// An int8 ring's value i, and its scale (kv_int8).
+static int ring_code(const struct op_attention *a, const void *ring, int slot, size_t i) {
+    return ((const int8_t *)((const float *)ring + a->slot_stride * (size_t)slot))[i];
+}
+
+static float ring_scale(const struct op_attention *a, const void *ring, int slot, size_t i) {
+    const size_t e = i / a->d, h = i % a->d / a->head_dim;
+    return ((const float *)ring + a->slot_stride * (size_t)slot)[(size_t)a->ring * a->d / 4 + e * a->n_heads + h];
+}
+
 static float ring_load(const struct op_attention *a, const void *ring, int slot, size_t i) {
+    if (a->kv_int8) return ring_code(a, ring, slot, i) * ring_scale(a, ring, slot, i);
     return get_value((const float *)ring + a->slot_stride * (size_t)slot, i, a->kv_bf16);
+}
+
+// x rounded to f16 (nearest even; below 2^-14 in steps of 2^-24), for |x| <= 65504.
+static float f16_round(float x) {
+    const float ax = fabsf(x);
+    if (ax < 6.103515625e-05f) return rintf(x * 16777216.0f) / 16777216.0f;
+    int e;
+    frexpf(ax, &e);
+    const float step = ldexpf(1.0f, e - 11);
+    return rintf(x / step) * step;
 }
 
 static void emu_rope_kv(const struct op_attention *a) {
@@ -513,7 +544,11 @@ static void emu_rope_kv(const struct op_attention *a) {
                 k[2 * p + 1] = re * sn + im * c;
             }
             if (slot < 0) continue;
-            for (int i = 0; i < d; i++) {
+            for (int h = 0; a->kv_int8 && h < a->n_heads; h++) {
+                ring_store_int8(a, a->keys, slot, (size_t)(pos % a->ring), h, k + h * hd);
+                ring_store_int8(a, a->values, slot, (size_t)(pos % a->ring), h, v + h * hd);
+            }
+            for (int i = 0; !a->kv_int8 && i < d; i++) {
                 ring_store(a, a->keys, slot, (size_t)(pos % a->ring) * d + i, k[i]);
                 ring_store(a, a->values, slot, (size_t)(pos % a->ring) * d + i, v[i]);
             }
@@ -523,11 +558,15 @@ static void emu_rope_kv(const struct op_attention *a) {
 
 // With mma_bf16, long steps (attention_mma.cu: 64 query steps or more) and short steps of many
 // rows (GPU_ATT_MMA_SHORT) round the scaled q and the probabilities to bfloat16 (here the
-// probabilities against the final maximum, the kernel's against the running one).
+// probabilities against the final maximum, the kernel's against the running one). Over int8
+// rings the short steps quantize the scaled q as a key (a score: the integer dot product times
+// both scales) and round each probability times its value's scale to f16.
 static void emu_attention(const struct op_attention *a) {
     const int d = a->d, hd = a->head_dim, mma = a->mma_bf16 && (a->steps >= 64 || GPU_ATT_MMA_SHORT(a->R, a->steps));
+    const int int8_mma = mma && a->kv_int8;
     if (a->rope) emu_rope_kv(a);
     float *scores = malloc(sizeof(float) * a->ring);
+    CHECK(hd <= 256);
     for (int r = 0; r < a->R; r++) {
         int slot = slot_of(a->row_slot, r);
         for (int s = 0; s < a->steps; s++)
@@ -538,28 +577,39 @@ static void emu_attention(const struct op_attention *a) {
                 const float *q = a->qkv + ((size_t)r * a->steps + s) * 3 * d + h * hd;
                 const int32_t *pos = a->positions + (size_t)slot * a->slot_stride;
                 int32_t pq = a->next_pos[(size_t)slot * a->slot_stride] + s;
-                float mx = -INFINITY, sum = 0.0f;
+                float mx = -INFINITY, sum = 0.0f, qmax = 0.0f;
+                const float scale = 1.0f / sqrtf((float)hd);
+                int qc[256];
+                for (int i = 0; int8_mma && i < hd; i++) qmax = fmaxf(qmax, fabsf(q[i] * scale));
+                for (int i = 0; int8_mma && i < hd; i++) qc[i] = gpu_kv_int8_code(q[i] * scale, qmax);
                 for (int j = 0; j < a->ring; j++) {
                     int32_t age = pq - pos[j];
                     scores[j] = -INFINITY;
                     if (pos[j] < 0 || age < 0 || age >= a->context) continue;
                     const size_t k = (size_t)j * d + h * hd;
                     float dot = 0.0f;
-                    const float scale = 1.0f / sqrtf((float)hd);
-                    for (int i = 0; i < hd; i++)
+                    int dot8 = 0;
+                    for (int i = 0; int8_mma && i < hd; i++) dot8 += qc[i] * ring_code(a, a->keys, slot, k + i);
+                    for (int i = 0; !int8_mma && i < hd; i++)
                         dot += (mma ? bf16_round(q[i] * scale) : q[i]) * ring_load(a, a->keys, slot, k + i);
-                    scores[j] = mma ? dot : dot * scale;
+                    scores[j] = int8_mma ? (float)dot8 * (gpu_kv_int8_scale(qmax) * ring_scale(a, a->keys, slot, k))
+                                : mma    ? dot
+                                         : dot * scale;
                     if (scores[j] > mx) mx = scores[j];
                 }
                 for (int j = 0; j < a->ring; j++) {
                     scores[j] = scores[j] == -INFINITY ? 0.0f : expf(scores[j] - mx);
                     sum += scores[j];
-                    if (mma) scores[j] = bf16_round(scores[j]);
+                    const size_t v = (size_t)j * d + h * hd;
+                    if (int8_mma) scores[j] = f16_round(fminf(scores[j] * ring_scale(a, a->values, slot, v), 65504.0f));
+                    else if (mma) scores[j] = bf16_round(scores[j]);
                 }
                 for (int j = 0; j < a->ring; j++) {
                     if (scores[j] == 0.0f) continue;
                     const size_t v = (size_t)j * d + h * hd;
-                    for (int i = 0; i < hd; i++) out[i] += scores[j] / sum * ring_load(a, a->values, slot, v + i);
+                    for (int i = 0; i < hd; i++)
+                        out[i] += scores[j] / sum *
+                                  (int8_mma ? (float)ring_code(a, a->values, slot, v + i) : ring_load(a, a->values, slot, v + i));
                 }
             }
     }
@@ -1281,14 +1331,14 @@ static void test_offline_schedule(struct mimi_model *model, const struct gpu_wei
     CHECK(worst <= 1e-5);
 }
 
-// ---- bfloat16 attention rings (MIMI_PRECISION_FAST_BF16_KV and _FAST_BF16) ----
+// ---- bfloat16 and int8 attention rings (MIMI_PRECISION_FAST_BF16_KV, _FAST_BF16, _FAST_INT8_KV) ----
 
 #define BF16_FRAMES 12
 
-// The bf16 layout halves the rings, and one row's plan, which rounds every stored key and value
-// to bfloat16 (and, in _FAST_BF16, its transposed convs fed by the ELU in place), stays close to
-// the CPU's f32 stream: a sanity bound on the rounding (the measured fidelity of the mode is
-// mimi-bench-gpu's), not a parity gate.
+// The bf16 layout halves the rings (int8 takes about a quarter), and one row's plan, which rounds
+// every stored key and value to bfloat16 or int8 (and, in _FAST_BF16 and _FAST_INT8_KV, its
+// transposed convs fed by the ELU in place), stays close to the CPU's f32 stream: a sanity bound
+// on the rounding (the measured fidelity of the mode is mimi-bench-gpu's), not a parity gate.
 static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precision) {
     struct mimi_model *m = load_precision(precision);
     if (!m) return;
@@ -1297,8 +1347,13 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precis
     struct emu_batch enc, dec;
     emu_create(&enc, m, &w, MIMI_DIRECTION_ENCODE, 1, MIMI_ATTENTION_RING, 1);
     emu_create(&dec, m, &w, MIMI_DIRECTION_DECODE, 1, MIMI_ATTENTION_RING, 1);
-    CHECK(enc.L.kv_bf16 && dec.L.kv_bf16);
-    CHECK(enc.L.slot_elems < f32_slot_elems * 6 / 10);
+    const int int8 = precision == MIMI_PRECISION_FAST_INT8_KV;
+    CHECK(int8 ? enc.L.kv_int8 && dec.L.kv_int8 && !enc.L.kv_bf16 : enc.L.kv_bf16 && dec.L.kv_bf16 && !enc.L.kv_int8);
+    CHECK(enc.L.slot_elems < f32_slot_elems * (int8 ? 35 : 60) / 100);
+    // whole-signal layouts keep bfloat16 rings
+    struct gpu_layout whole;
+    CHECK_EQ(gpu_layout_init(&whole, m, MIMI_DIRECTION_ENCODE, 2, N_Q, MIMI_ATTENTION_RING, 4), MIMI_OK);
+    CHECK(whole.kv_bf16 && !whole.kv_int8);
     struct mimi_stream_params sp;
     mimi_stream_params_default(&sp);
     sp.n_codebooks = N_Q;
@@ -1322,10 +1377,10 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precis
         }
     }
     const double rel = sqrt(num / (den > 0 ? den : 1));
-    printf("  bf16 rings%s, one row: state %zu floats per slot (f32 %zu); vs CPU f32: codes equal %d/%d, "
+    printf("  %s rings%s, one row: state %zu floats per slot (f32 %zu); vs CPU f32: codes equal %d/%d, "
            "pcm rel_l2 %.3e\n",
-           precision == MIMI_PRECISION_FAST_BF16 ? " and products" : "", enc.L.slot_elems, f32_slot_elems, equal,
-           BF16_FRAMES * N_Q, rel);
+           int8 ? "int8" : "bf16", precision == MIMI_PRECISION_FAST_BF16_KV ? "" : " and bf16 products",
+           enc.L.slot_elems, f32_slot_elems, equal, BF16_FRAMES * N_Q, rel);
     CHECK(equal >= BF16_FRAMES * N_Q * 9 / 10);
     CHECK(rel > 0 && rel <= 2e-2);
     mimi_encoder_destroy(ce);
@@ -1375,6 +1430,7 @@ int main(int argc, char **argv) {
         test_cpu_async(model, clip);
         test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_BF16_KV);
         test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_BF16);
+        test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_INT8_KV);
     }
     printf("  per-slot state %zu floats, scratch %zu floats; encode ops %d (one row) %d (%d rows), decode %d %d\n",
            enc.L.slot_elems, enc.L.scratch_elems, enc.plans[1].n_ops, enc.plans[CAP].n_ops, CAP,

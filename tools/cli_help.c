@@ -12,7 +12,8 @@
     "  --weights W           f32 (default) or bf16 (half the bytes; see the README for its fidelity)\n" \
     "  --precision P         GPU arithmetic with --backend cuda: strict (default, f32), fast (TF32\n" \
     "                        tensor cores), bf16kv (fast, and bfloat16 attention rings) or bf16\n" \
-    "                        (bf16kv, and the SEANets' large products on bfloat16 tensor cores)\n"
+    "                        (bf16kv, and the SEANets' large products on bfloat16 tensor cores);\n" \
+    "                        int8kv (bf16, and 8-bit attention rings: the most streams a GPU)\n"
 
 // ---- mimi --help ----
 

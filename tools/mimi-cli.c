@@ -67,7 +67,8 @@ static const char *const ISAS[] = {[MIMI_ISA_AUTO] = "auto", [MIMI_ISA_REFERENCE
                                    [MIMI_ISA_NEON] = "neon"};
 static const char *const WEIGHTS[] = {[MIMI_WEIGHTS_F32] = "f32", [MIMI_WEIGHTS_BF16] = "bf16"};
 static const char *const PRECISIONS[] = {[MIMI_PRECISION_STRICT] = "strict", [MIMI_PRECISION_FAST] = "fast",
-                                         [MIMI_PRECISION_FAST_BF16_KV] = "bf16kv", [MIMI_PRECISION_FAST_BF16] = "bf16"};
+                                         [MIMI_PRECISION_FAST_BF16_KV] = "bf16kv", [MIMI_PRECISION_FAST_BF16] = "bf16",
+                                         [MIMI_PRECISION_FAST_INT8_KV] = "int8kv"};
 static const char *const DTYPES[] = {[SYNTH_F32] = "f32", [SYNTH_F16] = "f16",
                                      [SYNTH_BF16] = "bf16"};
 
@@ -159,8 +160,8 @@ static int set_option(struct opts *o, int id, const char *v) {
         o->weights = k;
         break;
     case OPT_PRECISION:
-        if ((k = pick(v, PRECISIONS, 4)) < 0)
-            return cli_usage_error(cmd, "--precision is strict, fast, bf16kv or bf16, not '%s'", v);
+        if ((k = pick(v, PRECISIONS, 5)) < 0)
+            return cli_usage_error(cmd, "--precision is strict, fast, bf16kv, bf16 or int8kv, not '%s'", v);
         o->precision = k;
         break;
     case OPT_DTYPE:

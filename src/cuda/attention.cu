@@ -8,7 +8,8 @@
  * are stored before any query runs, like the reference.
  *
  * Ring storage: f32, or bfloat16 with kv_bf16 (MIMI_PRECISION_FAST_BF16_KV), read by the one-pass
- * and tiled (attention_tiled.cu) kernels only; arithmetic is f32 either way.
+ * and tiled (attention_tiled.cu) kernels only, or int8 with per-head scales with kv_int8 (ops.h),
+ * read by the one-pass and short mma kernels only; arithmetic is f32 in the one-pass kernel.
  */
 #include <stdint.h>
 
@@ -277,8 +278,8 @@ static __global__ void __launch_bounds__(32 * ATTF_BLOCK_WARPS(PIPE), ATTF_MIN_B
     }
     const int share = (span + W - 1) / W;
     const int j_begin = warp * share, j_end = min(span, j_begin + share);
-    onepass_span<MAXS, T, PIPE>(keys, values, positions, lo, ring, j_begin, j_end, d / 4, q, steps, pos0 + s0, a.context,
-                                scale, acc, m, l);
+    onepass_span<MAXS, T, PIPE>(keys, values, head_scales<T>(a, a.keys, a.values, slot, h), positions, lo, ring, j_begin,
+                                j_end, d / 4, q, steps, pos0 + s0, a.context, scale, acc, m, l);
     // merge the two halves of the warp, then the warps through shared memory
     onepass_store_warp<MAXS>(steps, m, l, acc, sm_m[warp], sm_l[warp], sm_acc[warp][0]);
     __syncthreads();
@@ -312,7 +313,7 @@ static int rope_apart(const struct op_attention *a, struct op_attention *b, stru
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid = row_head_grid(a->R, a->n_heads, 1);
     struct op_attention b = *a;
-    if (attention_tiled_fits(a)) {
+    if (!a->kv_int8 && attention_tiled_fits(a)) {
         // long steps (whole-signal passes): tiles of queries, after the rotation and KV store;
         // on bf16 tensor cores in MIMI_PRECISION_FAST_BF16
         const int rc = rope_apart(a, &b, ex);
@@ -332,7 +333,10 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
         // at 2048 streams the pipelined f32 kernel (116 registers, 2 blocks per SM) lost 9%
         const bool pipe = a->R <= GPU_SKINNY_MAX;
         const int threads = 32 * ATTF_BLOCK_WARPS(pipe && per == 2);  // the launched kernel's PIPE
-        if (a->kv_bf16 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, true>, grid, threads, 0, ex, b);
+        if (a->kv_int8 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, int8_t, true>, grid, threads, 0, ex, b);
+        else if (a->kv_int8 && per == 2) pdl_launch(attention_onepass_kernel<2, int8_t, false>, grid, threads, 0, ex, b);
+        else if (a->kv_int8) pdl_launch(attention_onepass_kernel<4, int8_t, false>, grid, threads, 0, ex, b);
+        else if (a->kv_bf16 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, true>, grid, threads, 0, ex, b);
         else if (a->kv_bf16 && per == 2) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, false>, grid, threads, 0, ex, b);
         else if (a->kv_bf16) pdl_launch(attention_onepass_kernel<4, __nv_bfloat16, false>, grid, threads, 0, ex, b);
         else if (per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, float, true>, grid, threads, 0, ex, b);
@@ -340,8 +344,9 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
         else pdl_launch(attention_onepass_kernel<4, float, false>, grid, threads, 0, ex, b);
         return launch_status(ex, "attention");
     }
-    if (a->kv_bf16) {
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "attention: bfloat16 rings need the one-pass kernel");
+    if (a->kv_bf16 || a->kv_int8) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen, "attention: %s rings need the one-pass kernel", a->kv_int8 ? "int8" : "bfloat16");
         return MIMI_EINVAL;
     }
     const int rc = rope_apart(a, &b, ex);

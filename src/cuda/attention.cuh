@@ -25,21 +25,44 @@ static __device__ __forceinline__ void block_row_head(int n_heads, int &r, int &
 }
 static inline dim3 row_head_grid(int R, int n_heads, int z) { return dim3((unsigned)R * (unsigned)n_heads, 1, z); }
 
-// Four consecutive ring values as f32: one 16-byte load (f32) or one 8-byte load (bfloat16,
-// whose bits are the high half of the f32 they stand for).
+// Where the per-head scales of slot `slot`'s int8 ring start: after its ring * d values.
+static __device__ __forceinline__ float *slot_scales(void *ring, size_t slot_stride, int slot, int entries, int d) {
+    return (float *)(slot_ring<int8_t>(ring, slot_stride, slot) + (size_t)entries * d);
+}
+
+// Signed byte b (0..3) of v as an f32, exactly: the byte with its sign bit flipped (v ^
+// 0x80808080 in `u`) is the low mantissa of 2^23 + b + 128.
+static __device__ __forceinline__ float int8_byte(uint32_t u, int b) {
+    return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u + (unsigned)b)) - 8388736.0f;
+}
+
+// Four consecutive ring values as f32: one 16-byte load (f32), one 8-byte load (bfloat16,
+// whose bits are the high half of the f32 they stand for) or one 4-byte load (int8, times the
+// entry's scale for the head, which only int8 rings have).
 template <typename T> struct ring4;
 template <> struct ring4<float> {
     typedef float4 unit;
-    static __device__ __forceinline__ float4 get(float4 v) { return v; }
+    static const bool scaled = false;
+    static __device__ __forceinline__ float4 get(float4 v, float) { return v; }
     static __device__ __forceinline__ float4 zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 };
 template <> struct ring4<__nv_bfloat16> {
     typedef uint2 unit;
-    static __device__ __forceinline__ float4 get(uint2 v) {
+    static const bool scaled = false;
+    static __device__ __forceinline__ float4 get(uint2 v, float) {
         return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
                            __uint_as_float(v.y & 0xffff0000u));
     }
     static __device__ __forceinline__ uint2 zero() { return make_uint2(0u, 0u); }
+};
+template <> struct ring4<int8_t> {
+    typedef uint32_t unit;
+    static const bool scaled = true;
+    static __device__ __forceinline__ float4 get(uint32_t v, float s) {
+        const uint32_t u = v ^ 0x80808080u;
+        return make_float4(int8_byte(u, 0) * s, int8_byte(u, 1) * s, int8_byte(u, 2) * s, int8_byte(u, 3) * s);
+    }
+    static __device__ __forceinline__ uint32_t zero() { return 0u; }
 };
 
 // ---- long steps (attention_tiled.cu, attention_mma.cu) ----
@@ -90,9 +113,35 @@ int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex);
 
 // ---- rotary embedding and ring store ----
 
+// Pair p of a key (k0, k1) and a value (v0, v1) into ring entry e of `slot` as int8 (kv_int8):
+// the warp's 32 lanes hold the 32 pairs of one head (p = 32 h + lane) and together find its
+// largest magnitudes; each lane stores its two values, lane 0 the head's scales.
+static __device__ __forceinline__ void store_int8_pair(const struct op_attention &a, int slot, int e, int p, float k0,
+                                                       float k1, float v0, float v1) {
+    float km = fmaxf(fabsf(k0), fabsf(k1)), vm = fmaxf(fabsf(v0), fabsf(v1));
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        km = fmaxf(km, __shfl_xor_sync(0xffffffffu, km, o));
+        vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, o));
+    }
+    const size_t at = (size_t)e * a.d + 2 * p;
+    const auto pair = [](float x0, float x1, float mx) {
+        return (uint16_t)((gpu_kv_int8_code(x0, mx) & 0xff) | (gpu_kv_int8_code(x1, mx) & 0xff) << 8);
+    };
+    *(uint16_t *)(slot_ring<int8_t>(a.keys, a.slot_stride, slot) + at) = pair(k0, k1, km);
+    *(uint16_t *)(slot_ring<int8_t>(a.values, a.slot_stride, slot) + at) = pair(v0, v1, vm);
+    if ((threadIdx.x & 31) == 0) {
+        const size_t sc = (size_t)e * a.n_heads + p / (GPU_ATT_ONEPASS_HD / 2);
+        slot_scales(a.keys, a.slot_stride, slot, a.ring, a.d)[sc] = gpu_kv_int8_scale(km);
+        slot_scales(a.values, a.slot_stride, slot, a.ring, a.d)[sc] = gpu_kv_int8_scale(vm);
+    }
+}
+
 // Pair p of the d-wide q and k of query row r*steps + s is (2p, 2p+1), head p / (hd/2),
 // frequency index p % (hd/2); the angle is freq * position in f32 (mimi_rope). Rotates q and k
-// in place and stores k and v in the slot's ring (padding rows store nothing).
+// in place and stores k and v in the slot's ring (padding rows store nothing). With int8 rings
+// the 32 lanes of a warp call it together for the 32 pairs of one head of one row and step
+// (p = 32 h + lane; every caller's loop is so), which store_int8_pair needs.
 static __device__ __forceinline__ void rope_pair(const struct op_attention &a, int r, int s, int p) {
     const int d = a.d, slot = a.row_slot[r];
     const size_t row = (size_t)r * a.steps + s;
@@ -107,6 +156,10 @@ static __device__ __forceinline__ void rope_pair(const struct op_attention &a, i
     k[2 * p] = k0;
     k[2 * p + 1] = k1;
     if (slot < 0) return;
+    if (a.kv_int8) {
+        store_int8_pair(a, slot, pos % a.ring, p, k0, k1, v[2 * p], v[2 * p + 1]);
+        return;
+    }
     const size_t at = (size_t)(pos % a.ring) * d + 2 * p;
     if (a.kv_bf16) {
         slot_ring<__nv_bfloat162>(a.keys, a.slot_stride, slot)[at / 2] = __floats2bfloat162_rn(k0, k1);
@@ -176,18 +229,32 @@ static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], co
 // One warp's walk of the one-pass softmax over ring entries [j_begin, j_end) of a span that
 // starts at entry lo (entry e = lo + j, wrapped at `ring`): a round takes keys j0 + 2u + half
 // (u < 4) with their value rows and positions (-1 past the share); with PIPE the next round's
-// loads are issued before this round's arithmetic. keys and values point at this lane's float4
-// of the head in slot's entry 0; entries are d4 units apart.
+// loads are issued before this round's arithmetic. keys and values point at this lane's four
+// values of the head in slot's entry 0; entries are d4 units apart. With int8 rings ks and vs
+// point at the head's scale of entry 0, entries n_heads floats apart (else unused).
+struct ring_scales {
+    const float *ks, *vs;
+    int n_heads;
+};
+template <typename T>
+static __device__ __forceinline__ ring_scales head_scales(const struct op_attention &a, void *keys, void *values,
+                                                          int slot, int h) {
+    if (!ring4<T>::scaled) return ring_scales{nullptr, nullptr, 0};
+    return ring_scales{slot_scales(keys, a.slot_stride, slot, a.ring, a.d) + h,
+                       slot_scales(values, a.slot_stride, slot, a.ring, a.d) + h, a.n_heads};
+}
+
 template <int MAXS, typename T, bool PIPE>
 static __device__ __forceinline__ void onepass_span(const typename ring4<T>::unit *keys,
-                                                    const typename ring4<T>::unit *values, const int32_t *positions,
-                                                    int lo, int ring, int j_begin, int j_end, int d4,
-                                                    const float4 (&q)[MAXS], int steps, int32_t pos, int context,
-                                                    float scale, float4 (&acc)[MAXS], float (&m)[MAXS],
+                                                    const typename ring4<T>::unit *values, ring_scales sc,
+                                                    const int32_t *positions, int lo, int ring, int j_begin,
+                                                    int j_end, int d4, const float4 (&q)[MAXS], int steps, int32_t pos,
+                                                    int context, float scale, float4 (&acc)[MAXS], float (&m)[MAXS],
                                                     float (&l)[MAXS]) {
     typedef typename ring4<T>::unit unit;
     const int lane = threadIdx.x % 32, half = lane >> 4;
     unit kr[4], vr[4];
+    float ksr[4] = {}, vsr[4] = {};
     int32_t pr[4];
     auto load = [&](int j0) {
 #pragma unroll
@@ -197,6 +264,10 @@ static __device__ __forceinline__ void onepass_span(const typename ring4<T>::uni
             kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
             vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
             pr[u] = in ? positions[e] : -1;
+            if (ring4<T>::scaled) {
+                ksr[u] = in ? sc.ks[(size_t)e * sc.n_heads] : 0.0f;
+                vsr[u] = in ? sc.vs[(size_t)e * sc.n_heads] : 0.0f;
+            }
         }
     };
     if (PIPE) load(j_begin);
@@ -205,7 +276,8 @@ static __device__ __forceinline__ void onepass_span(const typename ring4<T>::uni
         float4 kv[4], vv[4];
         int32_t pk[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) kv[u] = ring4<T>::get(kr[u]), vv[u] = ring4<T>::get(vr[u]), pk[u] = pr[u];
+        for (int u = 0; u < 4; u++)
+            kv[u] = ring4<T>::get(kr[u], ksr[u]), vv[u] = ring4<T>::get(vr[u], vsr[u]), pk[u] = pr[u];
         if (PIPE && j0 + 8 < j_end) load(j0 + 8);  // in flight during this round's arithmetic
         onepass_round<MAXS>(q, kv, vv, pk, steps, pos, context, scale, lane, acc, m, l);
     }

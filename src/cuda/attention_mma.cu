@@ -261,14 +261,220 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     store_rows(l, o, out, d, g, steps);
 }
 
+// ---- short steps over int8 rings ----
+
+// As attention_mma_short_kernel, over int8 rings (op_attention.kv_int8). A warp copies its
+// head's int8 columns of AS_TK entries and their scales (cp.async, the next tile's while this one
+// is computed). Q K^T runs on int8 tensor cores: each query row's q / sqrt(hd) is quantized as a
+// key is (gpu_kv_int8_*), its fragments read the staged keys as they are, and a score is the
+// exact integer dot product times the query's and the key's scales. P V runs on f16 tensor cores:
+// each lane widens the values it copied to f16 (exactly: integers of at most 127 in magnitude),
+// and a probability is multiplied by its value's scale (at most 65504) before its rounding to
+// f16; the sums take it unscaled. Against bf16 rings' kernel a tile is half the bytes and needs
+// no widening of its keys.
+#define AS8_LDK 80                 // bytes of a staged key row: 16 more than its 64, rows on distinct banks
+#define AS8_KEYS (AS_TK * AS8_LDK)  // bytes of a tile's staged keys
+#define AS8_VALUES (AS_TK * AM_HD)  // and values
+#define AS8_WARP_BYTES                                                                                       \
+    (sizeof(__half) * AS_WARP_TILE + 2 * (AS8_KEYS + AS8_VALUES) + sizeof(float) * 2 * 2 * AS_TK + \
+     sizeof(int32_t) * 2 * AS_TK)
+static size_t as8_smem(int n_heads) { return AS8_WARP_BYTES * (size_t)n_heads; }
+
+// The 16 int8 values of `in` as f16 at out (two 16-byte words): a byte with its sign bit flipped
+// is the low mantissa of the f16 1024 + b + 128.
+static __device__ __forceinline__ void widen16_f16(uint4 in, uint4 *out) {
+    const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+    uint32_t h[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = w[i] ^ 0x80808080u;
+        const uint32_t lo = __byte_perm(u, 0x64646464u, 0x4140), hi = __byte_perm(u, 0x64646464u, 0x4342);
+        asm("sub.f16x2 %0, %1, %2;" : "=r"(h[2 * i]) : "r"(lo), "r"(0x64806480u));
+        asm("sub.f16x2 %0, %1, %2;" : "=r"(h[2 * i + 1]) : "r"(hi), "r"(0x64806480u));
+    }
+    out[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    out[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+// The int8 A fragments of this lane's query rows g (at qa, when valid_a) and g + 8 (zeros: a
+// short step has at most 2 rows) for two k-steps of 32 dims, and row g's scale: q / sqrt(hd)
+// quantized over the head's 64 values (the quad's four lanes hold them all).
+static __device__ __forceinline__ void q_fragments_int8(const float *qa, bool valid_a, unsigned (&qi)[2][4],
+                                                         float &qs) {
+    const int t = threadIdx.x & 3;
+    const float scale = 1.0f / sqrtf((float)AM_HD);
+    float x[2][2][4];  // [k-step][half of 16 dims][4 dims]
+    float mx = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float *p = qa + 32 * kk + 16 * hf + 4 * t;
+            const float2 a = valid_a ? *(const float2 *)p : make_float2(0.0f, 0.0f);
+            const float2 b = valid_a ? *(const float2 *)(p + 2) : make_float2(0.0f, 0.0f);
+            x[kk][hf][0] = a.x * scale, x[kk][hf][1] = a.y * scale, x[kk][hf][2] = b.x * scale, x[kk][hf][3] = b.y * scale;
+#pragma unroll
+            for (int i = 0; i < 4; i++) mx = fmaxf(mx, fabsf(x[kk][hf][i]));
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    qs = gpu_kv_int8_scale(mx);
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            unsigned w = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) w |= (unsigned)(gpu_kv_int8_code(x[kk][hf][i], mx) & 0xff) << (8 * i);
+            qi[kk][2 * hf] = w;      // row g
+            qi[kk][2 * hf + 1] = 0;  // row g + 8
+        }
+    }
+}
+
+// mma_tile over a staged int8 tile for short steps (rows g + 8 of the 16 are padding: their
+// scores, sums and outputs are left out): keys ks (rows ldk bytes apart), values widened to f16
+// at vs (rows ld halves apart), the tile's key and value scales ksc and vsc. A lane's scores are
+// sc[j][0..1]: keys 8j + 2t and 8j + 2t + 1 of its row g.
+template <int NJ>
+static __device__ __forceinline__ void mma_tile_int8(const unsigned (&qi)[2][4], float qs, const int8_t *ks, int ldk,
+                                                     const __half *vs, int ld, const float *ksc, const float *vsc,
+                                                     const int32_t *kp, int32_t qpos, int context, float &m, float &l,
+                                                     float (&o)[8][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float sc[NJ][2], mx = m;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int acc[4] = {0, 0, 0, 0};
+        const unsigned *krow = (const unsigned *)(ks + (8 * j + g) * ldk) + t;
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) mma_s8(acc, qi[kk], krow[8 * kk], krow[8 * kk + 4]);
+        const float2 kscale = *(const float2 *)(ksc + 8 * j + 2 * t);
+        const int2 pk = *(const int2 *)(kp + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int32_t p = e ? pk.y : pk.x, age = qpos - p;
+            sc[j][e] = p >= 0 && age >= 0 && age < context ? (float)acc[e] * (qs * (e ? kscale.y : kscale.x)) : -INFINITY;
+            mx = fmaxf(mx, sc[j][e]);
+        }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float corr = mx == -INFINITY ? 1.0f : __expf(m - mx);
+    m = mx;
+    l *= corr;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const float2 vscale = *(const float2 *)(vsc + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float p = m == -INFINITY ? 0.0f : __expf(sc[j][e] - m);
+            l += p;
+            sc[j][e] = fminf(p * (e ? vscale.y : vscale.x), 65504.0f);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++) o[n][0] *= corr, o[n][1] *= corr;
+#pragma unroll
+    for (int kk = 0; kk < NJ / 2; kk++) {
+        const unsigned pa[4] = {pack_f16(sc[2 * kk][0], sc[2 * kk][1]), 0u, pack_f16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), 0u};
+        const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
+#pragma unroll
+        for (int n = 0; n < 8; n += 2) {
+            unsigned v0, v1, v2, v3;
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                         : "r"(smem_addr(vs + row * ld + 8 * n + col)));
+            mma_f16(o[n], pa, v0, v1);
+            mma_f16(o[n + 1], pa, v2, v3);
+        }
+    }
+}
+
+// Grid R, a warp per head.
+static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_short_int8_kernel(const struct op_attention a) {
+    extern __shared__ uint4 as_smem16[];
+    const int d = a.d, steps = a.steps, ring = a.ring;
+    const int r = blockIdx.x, tid = threadIdx.x, h = tid >> 5, lane = tid & 31, g = lane >> 2;
+    unsigned char *mine = (unsigned char *)as_smem16 + AS8_WARP_BYTES * h;
+    __half *vt = (__half *)mine;                                     // the widened values
+    int8_t *staged = (int8_t *)(vt + AS_WARP_TILE);                   // buffer b: keys, then values
+    float *scales = (float *)(staged + 2 * (AS8_KEYS + AS8_VALUES));  // buffer b: keys' at 2b, values' at 2b + 1
+    int32_t *kpos = (int32_t *)(scales + 4 * AS_TK);                  // buffer b: positions at b * AS_TK
+    pdl_begin();
+    const int slot = a.row_slot[r];
+    float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
+    if (slot < 0) {
+        for (int i = lane; i < steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
+        return;
+    }
+    if (a.rope) {  // this head's new keys: only this warp reads them
+        for (int e = lane; e < steps * (AM_HD / 2); e += 32)
+            rope_pair(a, r, e / (AM_HD / 2), h * (AM_HD / 2) + e % (AM_HD / 2));
+        __threadfence_block();
+        __syncwarp();
+    }
+    const size_t base = (size_t)slot * a.slot_stride;
+    const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
+    const int8_t *keys = slot_ring<int8_t>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
+    const int8_t *values = slot_ring<int8_t>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
+    const ring_scales rs = head_scales<int8_t>(a, a.keys, a.values, slot, h);
+    // entries e0 .. e0 + AS_TK - 1 into buffer b (past the ring: the last entry again, masked):
+    // lane copies 16-byte pieces lane and lane + 32 of the keys and of the values
+    auto load = [&](int e0, int b) {
+        int8_t *kb = staged + b * (AS8_KEYS + AS8_VALUES), *vb = kb + AS8_KEYS;
+#pragma unroll
+        for (int i = 0; i < AS8_VALUES / 16 / 32; i++) {
+            const int c16 = lane + 32 * i, j = c16 / (AM_HD / 16), c = 16 * (c16 % (AM_HD / 16));
+            const size_t at = (size_t)min(e0 + j, ring - 1) * d + c;
+            cp_async16(kb + j * AS8_LDK + c, keys + at);
+            cp_async16(vb + j * AM_HD + c, values + at);
+        }
+        const int j = lane & (AS_TK - 1), e = min(e0 + j, ring - 1);
+        cp_async4(scales + (2 * b + (lane >> 4)) * AS_TK + j, (lane >> 4 ? rs.vs : rs.ks) + (size_t)e * rs.n_heads);
+        asm volatile("cp.async.commit_group;");
+        if (lane < AS_TK) kpos[b * AS_TK + lane] = e0 + lane < ring ? positions[e0 + lane] : -1;
+    };
+    load(0, 0);
+    unsigned qi[2][4];
+    float qs;
+    q_fragments_int8(a.qkv + ((size_t)r * steps + g) * 3 * d + (size_t)h * AM_HD, g < steps, qi, qs);
+    float m = -INFINITY, l = 0.0f;
+    float o[8][4] = {};  // o[n][0..1]: row g (2 and 3, row g + 8's, stay 0)
+    for (int e0 = 0, b = 0; e0 < ring; e0 += AS_TK, b ^= 1) {
+        __syncwarp();  // every lane is done with buffer b ^ 1 and with the widened values
+        if (e0 + AS_TK < ring) {
+            load(e0 + AS_TK, b ^ 1);
+            asm volatile("cp.async.wait_group 1;");
+        } else {
+            asm volatile("cp.async.wait_group 0;");
+        }
+        // the values this lane copied, widened (its own copies: no exchange needed before)
+        const int8_t *kb = staged + b * (AS8_KEYS + AS8_VALUES), *vb = kb + AS8_KEYS;
+#pragma unroll
+        for (int i = 0; i < AS8_VALUES / 16 / 32; i++) {
+            const int c16 = lane + 32 * i, j = c16 / (AM_HD / 16), c = 16 * (c16 % (AM_HD / 16));
+            widen16_f16(*(const uint4 *)(vb + j * AM_HD + c), (uint4 *)(vt + j * AM_LD + c));
+        }
+        __syncwarp();  // tile e0 is staged and widened
+        mma_tile_int8<AS_TK / 8>(qi, qs, kb, AS8_LDK, vt, AM_LD, scales + 2 * b * AS_TK, scales + (2 * b + 1) * AS_TK,
+                                 kpos + b * AS_TK, pos0 + g, a.context, m, l, o);
+    }
+    float ls[2] = {l, 0.0f};
+    store_rows(ls, o, out, d, g, steps);
+}
+
 int attention_mma_short_fits(const struct op_attention *a) {
-    return a->mma_bf16 && a->kv_bf16 && a->head_dim == AM_HD && a->n_heads * AM_HD == a->d &&
+    return a->mma_bf16 && (a->kv_bf16 || a->kv_int8) && a->head_dim == AM_HD && a->n_heads * AM_HD == a->d &&
            a->n_heads <= AS_MAX_HEADS && a->steps >= 1 && GPU_ATT_MMA_SHORT(a->R, a->steps) &&
            (uintptr_t)a->keys % 16 == 0 && (uintptr_t)a->values % 16 == 0 && (uintptr_t)a->qkv % 8 == 0 &&
            (uintptr_t)a->out % 8 == 0 && a->slot_stride % 4 == 0;
 }
 
 int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex) {
+    if (a->kv_int8)
+        return launch_smem("attention", attention_mma_short_int8_kernel, dim3((unsigned)a->R), 32 * a->n_heads,
+                           as8_smem(a->n_heads), ex, *a);
     return launch_smem("attention", attention_mma_short_kernel, dim3((unsigned)a->R), 32 * a->n_heads,
                        as_smem(a->n_heads), ex, *a);
 }

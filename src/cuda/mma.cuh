@@ -10,6 +10,7 @@
 #define MIMI_CUDA_MMA_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 static __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
@@ -17,10 +18,39 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
 }
 
+static __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+
 // two f32 as one register of bf16 (rounded to nearest even), the first in the low half
 static __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(const unsigned *)&v;
+}
+
+// the same in f16
+static __device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *(const unsigned *)&v;
+}
+
+// acc (16 x 8) += A (16 x 16) B (16 x 8), f16 operands, f32 accumulation (mma_bf16's fragments)
+static __device__ __forceinline__ void mma_f16(float acc[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc (16 x 8) += A (16 x 32) B (32 x 8), int8 operands, exact int32 accumulation. Lane 4g + t
+// holds A's rows g (a[0], a[2]) and g + 8 (a[1], a[3]), columns 4t .. 4t + 3 (a[0], a[1]) and
+// 16 + 4t .. (a[2], a[3]), four to a register; B's column g, rows 4t .. (b0) and 16 + 4t .. (b1);
+// acc as mma_bf16's.
+static __device__ __forceinline__ void mma_s8(int acc[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(acc[0]), "+r"(acc[1]), "+r"(acc[2]), "+r"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // acc (16 x 8) += A (16 x 16) B (16 x 8), bf16 operands, f32 accumulation

@@ -18,6 +18,7 @@
 #define MIMI_CUDA_OPS_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -425,9 +426,29 @@ int mimi_cuda_norm(const struct op_norm *a, struct gpu_exec *ex);
 // slot row_slot[r] has absolute position next_pos + s; it sees ring entry j when
 // 0 <= pos - positions[j] < context (positions[j] = -1 marks an empty entry).
 // The rings hold f32, or with kv_bf16 bfloat16 (rounded to nearest even when stored; only the
-// one-pass and tiled kernels read them, so kv_bf16 needs head_dim GPU_ATT_ONEPASS_HD). Either way a slot's
-// ring starts slot * slot_stride 4-byte elements after slot 0's.
+// one-pass and tiled kernels read them, so kv_bf16 needs head_dim GPU_ATT_ONEPASS_HD), or with
+// kv_int8 (MIMI_PRECISION_FAST_INT8_KV's streaming steps) 8-bit integers: `ring` entries of d
+// int8 values, then ring * n_heads f32 scales (entry j's head h at j * n_heads + h); a head's
+// value is its int8 times its scale (gpu_kv_int8_*; the one-pass and short mma kernels read
+// them). Either way a slot's ring starts slot * slot_stride 4-byte elements after slot 0's.
 #define GPU_ATT_ONEPASS_HD 64
+#ifdef __CUDACC__
+#define GPU_HOST_DEVICE __host__ __device__
+#else
+#define GPU_HOST_DEVICE
+#endif
+// A head's int8 scale: its largest magnitude / 127; 0 for a head whose values are all below
+// 1e-30 in magnitude (stored as zeros).
+static inline GPU_HOST_DEVICE float gpu_kv_int8_scale(float absmax) {
+    return absmax >= 1e-30f ? absmax / 127.0f : 0.0f;
+}
+// Value x of a head whose largest magnitude is absmax, as int8: x * 127 / absmax rounded to
+// nearest even, in [-127, 127].
+static inline GPU_HOST_DEVICE int gpu_kv_int8_code(float x, float absmax) {
+    if (!(absmax >= 1e-30f)) return 0;
+    const float q = rintf(x * (127.0f / absmax));
+    return q > 127.0f ? 127 : q < -127.0f ? -127 : (int)q;
+}
 struct op_attention {
     float *qkv;                // (R*steps, 3d): q | k | v per row
     float *out;                // (R*steps, d)
@@ -442,6 +463,7 @@ struct op_attention {
     int kv_bf16;
     int mma_bf16;  // MIMI_PRECISION_FAST_BF16: long steps' tiles, and short steps of many rows
                    // (GPU_ATT_MMA_SHORT), on bf16 tensor cores (attention_mma.cu)
+    int kv_int8;   // int8 rings with per-head scales (above); kv_bf16 is then 0
 };
 // The short steps that mma_bf16 runs on tensor cores: a Mimi frame's one or two query steps a row
 // (the kernel takes up to 16, one mma tile, but was checked on the device at 1 and 2 only), more

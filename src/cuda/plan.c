@@ -276,7 +276,7 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
     memset(w, 0, sizeof *w);
     rope_table(w->freq_host[0], &m->enc_tr);
     rope_table(w->freq_host[1], &m->dec_tr);
-    const int bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
+    const int bf16 = gpu_bf16_products(m->precision);
     rc = bind_seanet(w, w->enc, &m->encoder, map, ctx, bf16);
     if (!rc) rc = bind_seanet(w, w->dec, &m->decoder, map, ctx, bf16);
     if (!rc) rc = bind_transformer(w, w->enc_tr, &m->enc_tr, map, ctx, bf16);
@@ -353,7 +353,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->st_positions = take(&u, (size_t)L->ring);
     size_t act = 0, res0 = 0, res1 = 0, taps = 0;
     struct col_need col = {0, 0, 0};
-    L->conv_bf16 = m->precision == MIMI_PRECISION_FAST_BF16;
+    L->conv_bf16 = gpu_bf16_products(m->precision);
     L->mma_min_cols = GPU_MMA_MIN_COLS;
     const size_t conv_state = take(&u, 0);  // a slot's conv histories and tails start here
     int T = encode ? L->frame : L->steps;
@@ -390,10 +390,14 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     if (P > 0) L->st_resample = take(&u, (size_t)(encode ? rs->c_in : rs->c_out) * P);
     const size_t hist = take(&u, 0) - conv_state;  // their span, the most a step stages per row
     if (encode) need_col(&col, L->conv_bf16, rs->c_in * rs->kernel, 0, L->steps / rs->stride);
-    // KV rings: f32, or two bfloat16 values per element
-    const int bf16 = m->precision == MIMI_PRECISION_FAST_BF16_KV || m->precision == MIMI_PRECISION_FAST_BF16;
-    L->kv_bf16 = bf16 && tr->head_dim == GPU_ATT_ONEPASS_HD;
-    const size_t ring_elems = (size_t)L->ring * L->d / (L->kv_bf16 ? 2 : 1);
+    // KV rings: f32, or two bfloat16 values per element, or (streaming steps of FAST_INT8_KV)
+    // four int8 values per element and a scale per entry and head (ops.h); whole-signal passes,
+    // whose rings live for one call, keep bfloat16
+    const int p = m->precision, hd64 = tr->head_dim == GPU_ATT_ONEPASS_HD;
+    L->kv_int8 = p == MIMI_PRECISION_FAST_INT8_KV && frames == 1 && hd64 && L->d % 16 == 0;
+    L->kv_bf16 = !L->kv_int8 && p >= MIMI_PRECISION_FAST_BF16_KV && hd64;
+    const size_t ring_elems = L->kv_int8 ? (size_t)L->ring * (L->d / 4 + tr->n_heads)
+                                         : (size_t)L->ring * L->d / (L->kv_bf16 ? 2 : 1);
     for (int l = 0; l < tr->n_layers; l++) {
         L->st_keys[l] = take(&u, ring_elems);
         L->st_values[l] = take(&u, ring_elems);
@@ -427,7 +431,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_tails = take(&s, L->tails_elems);
     L->sc_edges = take(&s, L->edges_per_row * C);
     const int tr_rows = capacity < GPU_TR_MAX_ROWS / L->steps ? capacity : GPU_TR_MAX_ROWS / L->steps;
-    if (gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
+    if (!L->kv_int8 && gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
         L->sc_tr_part = take(&s, (size_t)tr->n_heads * tr_rows * L->steps * L->d);
         L->sc_tr_barrier = take(&s, 2);
     }
@@ -938,8 +942,10 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
     float *qkv = scratch(B, L->sc_qkv), *att = scratch(B, L->sc_att), *f = scratch(B, L->sc_ff);
     struct op_attention base = {qkv, att, NULL, NULL, (int32_t *)state(B, L->st_positions), B->next_pos,
                                 B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
-                                t->head_dim, L->ring, t->context, 1, L->kv_bf16, L->kv_bf16 && L->conv_bf16};
-    if (L->sc_tr_barrier && gpu_transformer_fits(rows, L->steps, d, ff, t->head_dim, t->n_layers)) {
+                                t->head_dim, L->ring, t->context, 1, L->kv_bf16,
+                                (L->kv_bf16 || L->kv_int8) && L->conv_bf16, L->kv_int8};
+    // (the persistent transformer reads f32 and bfloat16 rings only)
+    if (L->sc_tr_barrier && !L->kv_int8 && gpu_transformer_fits(rows, L->steps, d, ff, t->head_dim, t->n_layers)) {
         plan_transformer_persistent(B, t, lw, &base, in, out);
         return;
     }

@@ -71,6 +71,12 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
 // Frees the host copies bind made (after an uploading map, or when an identity map is done).
 void gpu_weights_release(struct gpu_weights *w);
 
+// Whether the precision mode runs the large products on bfloat16 tensor cores
+// (MIMI_PRECISION_FAST_BF16, and FAST_INT8_KV, which is FAST_BF16 with int8 rings).
+static inline int gpu_bf16_products(int precision) {
+    return precision == MIMI_PRECISION_FAST_BF16 || precision == MIMI_PRECISION_FAST_INT8_KV;
+}
+
 // ---- layout ----
 
 // Offsets are in 4-byte elements. State offsets are inside one slot's block; scratch offsets are
@@ -80,6 +86,7 @@ struct gpu_layout {
     int frames;  // frames of one row per step: 1, or more for a whole-signal (offline) batch
     int ring, steps, frame, d, frame_dim, in_per_row, out_per_row;
     int kv_bf16;  // attention rings in bfloat16 (MIMI_PRECISION_FAST_BF16_KV and _FAST_BF16)
+    int kv_int8;  // attention rings in int8 with per-head scales (_FAST_INT8_KV, one frame a step)
     int conv_bf16;  // large conv products on bfloat16 operands, sc_col in 2-byte values (_FAST_BF16)
     // FAST_BF16's *_mma SEANet kernels take a layer of at least this many columns (R*T of its
     // input): GPU_MMA_MIN_COLS, which tests lower to plan them at small capacities

@@ -301,7 +301,7 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
         const unit *values = (const unit *)(slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
         const int share = (a.ring + TR_WARPS - 1) / TR_WARPS;
         const int j_begin = warp * share, j_end = min(a.ring, j_begin + share);
-        onepass_span<GPU_TR_MAX_STEPS, T, true>(keys, values, positions, 0, a.ring, j_begin, j_end, d4, q, steps, pos0,
+        onepass_span<GPU_TR_MAX_STEPS, T, true>(keys, values, ring_scales{}, positions, 0, a.ring, j_begin, j_end, d4, q, steps, pos0,
                                                 a.context, 1.0f / sqrtf((float)GPU_ATT_ONEPASS_HD), acc, m, l);
     }
     // the halves, then the warps in order (as the one-pass kernel); a padding row gives zeros
@@ -464,8 +464,9 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
     const struct op_attention *a = &t->att;
     const int S = a->R * a->steps, d = a->d, f = t->d_ff;
     if (!gpu_transformer_fits(S, a->steps, d, f, a->head_dim, t->n_layers) || t->n_layers < 1 ||
-        a->n_heads * a->head_dim != d) {
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d do not fit", S, d, f);
+        a->n_heads * a->head_dim != d || a->kv_int8) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d%s do not fit", S, d, f,
+                     a->kv_int8 ? " with int8 rings" : "");
         return MIMI_EINVAL;
     }
     const int blocks = device_sms();
