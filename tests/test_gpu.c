@@ -930,6 +930,36 @@ static void convtr_carry_case(int dense, int K, int S, int T) {
     free(h), free(y[0]), free(y[1]), free(st[0]), free(st[1]);
 }
 
+// Slot r's position ring (ring entries, then its counter) after a step's positions op, for a
+// slot fresh (r % 3 == 0), deep in its signal (1) or at the ring's wrap (2).
+static void short_step_positions(int32_t *pos, int ring, int r, int steps) {
+    const int32_t next = r % 3 == 0 ? 0 : r % 3 == 1 ? 1000 + r : ring - 1;
+    for (int j = 0; j < ring; j++) pos[j] = -1;
+    for (int32_t p = next + steps - ring; p < next + steps; p++)
+        if (p >= 0) pos[p % ring] = p;
+    pos[ring] = next;
+}
+
+// A streaming step's attention `a` run once by the one-pass kernel (mma_bf16 0) and once on
+// tensor cores (1), each from the host's qkv and state (a->qkv, a->keys: the device's copies;
+// the state starts at a->keys) with its output poisoned with NaN; o[k] and st[k] get each run's
+// output and state, rot (when given) the qkv the first leaves (q and k rotated).
+static void short_attention_runs(struct op_attention *a, struct gpu_exec *ex, const float *qkv, size_t n_qkv,
+                                 const float *state, size_t n_state, size_t n_out, float *o[2], float *st[2],
+                                 float *rot) {
+    for (int mma = 0; mma < 2; mma++) {
+        a->mma_bf16 = mma;
+        cudaMemcpy(a->qkv, qkv, sizeof(float) * n_qkv, cudaMemcpyHostToDevice);
+        cudaMemcpy(a->keys, state, sizeof(float) * n_state, cudaMemcpyHostToDevice);
+        cudaMemset(a->out, 0xFF, sizeof(float) * n_out);  // NaN: every value must be written
+        CHECK_EQ(mimi_cuda_attention(a, ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(o[mma], a->out, sizeof(float) * n_out, cudaMemcpyDeviceToHost);
+        cudaMemcpy(st[mma], a->keys, sizeof(float) * n_state, cudaMemcpyDeviceToHost);
+        if (rot && mma == 0) cudaMemcpy(rot, a->qkv, sizeof(float) * n_qkv, cudaMemcpyDeviceToHost);
+    }
+}
+
 // A streaming step's attention over bf16 rings on tensor cores (attention_mma.cu's short steps)
 // against the one-pass kernel over the same rings, rotation and ring
 // store inline in both (a block per row, a warp per head): 20 rows of `steps` queries (past
@@ -959,12 +989,8 @@ static void attention_short_case(int steps) {
         float *sl = state + (size_t)r * stride;
         uint16_t *kv = (uint16_t *)sl;
         int32_t *pos = (int32_t *)(sl + (size_t)RING * D);
-        const int32_t next = r % 3 == 0 ? 0 : r % 3 == 1 ? 1000 + r : RING - 1;  // fresh, deep, at the wrap
         for (size_t i = 0; i < (size_t)2 * RING * D; i++) kv[i] = mimi_to_bf16(2.0f * (test_rng_float() - 0.5f));
-        for (int j = 0; j < RING; j++) pos[j] = -1;
-        for (int32_t p = next + steps - RING; p < next + steps; p++)  // after the step's positions op
-            if (p >= 0) pos[p % RING] = p;
-        pos[RING] = next;
+        short_step_positions(pos, RING, r, steps);
     }
     cudaMemcpy(dfreq, freq, sizeof(float) * HD / 2, cudaMemcpyHostToDevice);
     cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
@@ -973,16 +999,7 @@ static void attention_short_case(int steps) {
     struct op_attention a = {dqkv, dout, dstate, dstate + (size_t)RING * D / 2, (int32_t *)(dstate + (size_t)RING * D),
                              (int32_t *)(dstate + (size_t)RING * D + RING), drs, dfreq, stride, R, steps, D, HEADS, HD,
                              RING, RING, 1, 1, 0, 0};
-    for (int mma = 0; mma < 2; mma++) {
-        a.mma_bf16 = mma;
-        cudaMemcpy(dqkv, qkv, sizeof(float) * n_qkv, cudaMemcpyHostToDevice);
-        cudaMemcpy(dstate, state, sizeof(float) * n_state, cudaMemcpyHostToDevice);
-        cudaMemset(dout, 0xFF, sizeof(float) * n_out);  // NaN: every value must be written
-        CHECK_EQ(mimi_cuda_attention(&a, &ex), MIMI_OK);
-        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        cudaMemcpy(o[mma], dout, sizeof(float) * n_out, cudaMemcpyDeviceToHost);
-        cudaMemcpy(st[mma], dstate, sizeof(float) * n_state, cudaMemcpyDeviceToHost);
-    }
+    short_attention_runs(&a, &ex, qkv, n_qkv, state, n_state, n_out, o, st, NULL);
     size_t pad = 0, ring_differ = 0;
     for (int i = 0; i < steps * D; i++) pad += o[1][(size_t)7 * steps * D + i] != 0.0f || o[0][(size_t)7 * steps * D + i] != 0.0f;
     for (size_t i = 0; i < n_state; i++) ring_differ += memcmp(&st[0][i], &st[1][i], sizeof(float)) != 0;
@@ -1034,11 +1051,7 @@ static void attention_int8_case(int steps) {
             for (int i = 0; i < RING * HEADS; i++) scale[i] = 0.005f + 0.015f * test_rng_float();
         }
         int32_t *pos = (int32_t *)(sl + 2 * half);
-        const int32_t next = r % 3 == 0 ? 0 : r % 3 == 1 ? 1000 + r : RING - 1;  // fresh, deep, at the wrap
-        for (int j = 0; j < RING; j++) pos[j] = -1;
-        for (int32_t p = next + steps - RING; p < next + steps; p++)  // after the step's positions op
-            if (p >= 0) pos[p % RING] = p;
-        pos[RING] = next;
+        short_step_positions(pos, RING, r, steps);
     }
     cudaMemcpy(dfreq, freq, sizeof(float) * HD / 2, cudaMemcpyHostToDevice);
     cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
@@ -1047,17 +1060,7 @@ static void attention_int8_case(int steps) {
     struct op_attention a = {dqkv, dout, dstate, dstate + half, (int32_t *)(dstate + 2 * half),
                              (int32_t *)(dstate + 2 * half + RING), drs, dfreq, stride, R, steps, D, HEADS, HD,
                              RING, CONTEXT, 1, 0, 0, 1};
-    for (int mma = 0; mma < 2; mma++) {
-        a.mma_bf16 = mma;
-        cudaMemcpy(dqkv, qkv, sizeof(float) * n_qkv, cudaMemcpyHostToDevice);
-        cudaMemcpy(dstate, state, sizeof(float) * n_state, cudaMemcpyHostToDevice);
-        cudaMemset(dout, 0xFF, sizeof(float) * n_out);  // NaN: every value must be written
-        CHECK_EQ(mimi_cuda_attention(&a, &ex), MIMI_OK);
-        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        cudaMemcpy(o[mma], dout, sizeof(float) * n_out, cudaMemcpyDeviceToHost);
-        cudaMemcpy(st[mma], dstate, sizeof(float) * n_state, cudaMemcpyDeviceToHost);
-        if (mma == 0) cudaMemcpy(rot, dqkv, sizeof(float) * n_qkv, cudaMemcpyDeviceToHost);  // rotated q and k
-    }
+    short_attention_runs(&a, &ex, qkv, n_qkv, state, n_state, n_out, o, st, rot);
     // the new entries as the quantizer gives them, and the attention over the stored rings
     size_t stored_differ = 0, old_differ = 0, pad = 0, ring_differ = 0;
     for (size_t i = 0; i < n_state; i++) ring_differ += memcmp(&st[0][i], &st[1][i], sizeof(float)) != 0;

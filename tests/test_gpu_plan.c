@@ -1354,6 +1354,35 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precis
     struct gpu_layout whole;
     CHECK_EQ(gpu_layout_init(&whole, m, MIMI_DIRECTION_ENCODE, 2, N_Q, MIMI_ATTENTION_RING, 4), MIMI_OK);
     CHECK(whole.kv_bf16 && !whole.kv_int8);
+    if (int8) {
+        // the attention of one row and of more than GPU_SKINNY_MAX reads int8 rings, from the
+        // per-layer ops (the persistent transformer reads f32 and bf16 only), on tensor cores
+        // past GPU_SKINNY_MAX rows (plans built, not run)
+        enum { MANY = GPU_SKINNY_MAX + 4 };
+        struct gpu_layout L;
+        CHECK_EQ(gpu_layout_init(&L, m, MIMI_DIRECTION_DECODE, MANY, N_Q, MIMI_ATTENTION_RING, 1), MIMI_OK);
+        float *state = calloc(L.slot_elems * MANY, sizeof(float)), *scratch = calloc(L.scratch_elems, sizeof(float));
+        CHECK(state && scratch && L.kv_int8);
+        for (int k = 0; k < 2 && state && scratch; k++) {
+            const int R = k ? MANY : 1;
+            struct gpu_plan p;
+            CHECK_EQ(gpu_plan_build(&p, &L, m, &w, state, scratch, R), MIMI_OK);
+            int attention = 0, flagged = 0, mma = 0;
+            for (int i = 0; i < p.n_ops; i++) {
+                const struct gpu_op *op = &p.ops[i];
+                if (op->kind != GOP_ATTENTION) continue;
+                attention++;
+                flagged += op->u.attention.kv_int8 && !op->u.attention.kv_bf16;
+                mma += op->u.attention.mma_bf16 && GPU_ATT_MMA_SHORT(op->u.attention.R, op->u.attention.steps);
+            }
+            CHECK_EQ(count_ops(&p, GOP_TRANSFORMER), 0);
+            CHECK_EQ(attention, m->dec_tr.n_layers);
+            CHECK_EQ(flagged, attention);
+            CHECK_EQ(mma, k ? attention : 0);
+            gpu_plan_free(&p);
+        }
+        free(state), free(scratch);
+    }
     struct mimi_stream_params sp;
     mimi_stream_params_default(&sp);
     sp.n_codebooks = N_Q;

@@ -34,6 +34,30 @@
 #define AM_CHUNKS (AM_TK * AM_HD / 8)    // 16-byte pieces of a tile's keys (or values)
 #define AM_SMEM (sizeof(__nv_bfloat16) * 4 * AM_TILE + sizeof(int32_t) * 2 * AM_TK)  // two buffers of k and v, positions
 
+// O (16 x 64) += P V over keys 16 kk .. 16 kk + 15 of a tile: pa, P's A fragments; V's B
+// fragments by ldmatrix.trans from the values at vs (rows ld 2-byte values apart); bf16 or (F16)
+// f16 operands.
+template <bool F16>
+static __device__ __forceinline__ void pv_product(const unsigned (&pa)[4], const void *vs, int ld, int kk,
+                                                  float (&o)[8][4]) {
+    const int lane = threadIdx.x & 31;
+    const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
+#pragma unroll
+    for (int n = 0; n < 8; n += 2) {
+        unsigned v0, v1, v2, v3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                     : "r"(smem_addr((const uint16_t *)vs + row * ld + 8 * n + col)));
+        if (F16) {
+            mma_f16(o[n], pa, v0, v1);
+            mma_f16(o[n + 1], pa, v2, v3);
+        } else {
+            mma_bf16(o[n], pa, v0, v1);
+            mma_bf16(o[n + 1], pa, v2, v3);
+        }
+    }
+}
+
 // S (16 x n) = Q K^T over a tile of keys, masked by the ring rule, folded into the running
 // maximum m, sums l and output o (rows g and g + 8 of this lane) of the online softmax: the tile
 // loop of attention_mma_kernel for NJ key groups of 8. A key's (and a value's) row starts ld
@@ -84,16 +108,7 @@ static __device__ __forceinline__ void mma_tile(const unsigned (&qf)[4][4], cons
         const unsigned pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
                                 pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                                 pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-        const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
-#pragma unroll
-        for (int n = 0; n < 8; n += 2) {
-            unsigned v0, v1, v2, v3;
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                         : "r"(smem_addr(vs + row * ld + 8 * n + col)));
-            mma_bf16(o[n], pa, v0, v1);
-            mma_bf16(o[n + 1], pa, v2, v3);
-        }
+        pv_product<false>(pa, vs, ld, kk, o);
     }
 }
 
@@ -203,6 +218,24 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
 #define AS_WARP_BYTES (sizeof(__nv_bfloat16) * 4 * AS_WARP_TILE + sizeof(int32_t) * 2 * AS_TK)
 static size_t as_smem(int n_heads) { return AS_WARP_BYTES * (size_t)n_heads; }
 
+// A short step's warp for row r and head h (its slot, its output at out) before its walk: a
+// padding row's zeros (false), else the head's new keys rotated and stored (only this warp reads
+// them).
+static __device__ __forceinline__ bool short_head_begin(const struct op_attention &a, int r, int h, int slot, float *out) {
+    const int lane = threadIdx.x & 31;
+    if (slot < 0) {
+        for (int i = lane; i < a.steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * a.d + i % AM_HD] = 0.0f;
+        return false;
+    }
+    if (a.rope) {
+        for (int e = lane; e < a.steps * (AM_HD / 2); e += 32)
+            rope_pair(a, r, e / (AM_HD / 2), h * (AM_HD / 2) + e % (AM_HD / 2));
+        __threadfence_block();
+        __syncwarp();
+    }
+    return true;
+}
+
 // Grid R, a warp per head: this row's queries against every entry of its ring.
 static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_short_kernel(const struct op_attention a) {
     extern __shared__ uint4 as_smem16[];
@@ -213,16 +246,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     pdl_begin();
     const int slot = a.row_slot[r];
     float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
-    if (slot < 0) {
-        for (int i = lane; i < steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
-        return;
-    }
-    if (a.rope) {  // this head's new keys: only this warp reads them
-        for (int e = lane; e < steps * (AM_HD / 2); e += 32)
-            rope_pair(a, r, e / (AM_HD / 2), h * (AM_HD / 2) + e % (AM_HD / 2));
-        __threadfence_block();
-        __syncwarp();
-    }
+    if (!short_head_begin(a, r, h, slot, out)) return;
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
     const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
@@ -378,16 +402,7 @@ static __device__ __forceinline__ void mma_tile_int8(const unsigned (&qi)[2][4],
 #pragma unroll
     for (int kk = 0; kk < NJ / 2; kk++) {
         const unsigned pa[4] = {pack_f16(sc[2 * kk][0], sc[2 * kk][1]), 0u, pack_f16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), 0u};
-        const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
-#pragma unroll
-        for (int n = 0; n < 8; n += 2) {
-            unsigned v0, v1, v2, v3;
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                         : "r"(smem_addr(vs + row * ld + 8 * n + col)));
-            mma_f16(o[n], pa, v0, v1);
-            mma_f16(o[n + 1], pa, v2, v3);
-        }
+        pv_product<true>(pa, vs, ld, kk, o);
     }
 }
 
@@ -404,16 +419,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     pdl_begin();
     const int slot = a.row_slot[r];
     float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
-    if (slot < 0) {
-        for (int i = lane; i < steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * d + i % AM_HD] = 0.0f;
-        return;
-    }
-    if (a.rope) {  // this head's new keys: only this warp reads them
-        for (int e = lane; e < steps * (AM_HD / 2); e += 32)
-            rope_pair(a, r, e / (AM_HD / 2), h * (AM_HD / 2) + e % (AM_HD / 2));
-        __threadfence_block();
-        __syncwarp();
-    }
+    if (!short_head_begin(a, r, h, slot, out)) return;
     const size_t base = (size_t)slot * a.slot_stride;
     const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
     const int8_t *keys = slot_ring<int8_t>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
