@@ -186,8 +186,7 @@ enum mimi_backend {
  * f32 scale, their largest magnitude / 127 (rounded to nearest). Attention reads about half the
  * bytes of bfloat16 rings and a stream's rings take half the memory, so a GPU carries the most
  * streams; the rings' rounding error is about 3.5 times bfloat16's. Whole-signal passes keep
- * bfloat16 rings (theirs live for one call), and steps of one to eight rows take the per-layer
- * kernels instead of the persistent transformer, which knows f32 and bfloat16 rings only.
+ * bfloat16 rings (theirs live for one call).
  * The measured code agreement and PCM error of each mode against STRICT are in bench/results/
  * (mimi-bench-gpu prints them). */
 enum mimi_precision {

@@ -35,7 +35,7 @@
 #define FRAMES 24
 #define TOL 1e-4
 
-static struct mimi_model *cpu, *gpu, *gpu_fast, *gpu_bf16kv, *gpu_bf16;
+static struct mimi_model *cpu, *gpu, *gpu_fast, *gpu_bf16kv, *gpu_bf16, *gpu_int8kv;
 static float *clip;  // dev_speech_en, at least FRAMES + 3 * 7 frames
 static int64_t clip_frames;
 
@@ -1254,8 +1254,9 @@ static const struct fast_mode FAST_MODES[] = {
     {&gpu_fast, "fast (TF32)", 0.97, 0.01},
     {&gpu_bf16kv, "fast (bf16 KV)", 0.97, 0.01},
     {&gpu_bf16, "fast (bf16)", 0.85, 0.03},
+    {&gpu_int8kv, "fast (int8 KV)", 0.85, 0.03},
 };
-#define N_FAST_MODES 3
+#define N_FAST_MODES 4
 
 static void fast_vs_cpu(const struct fast_mode *fm, const int32_t *codes_cpu, const float *pcm_cpu) {
     struct mimi_model *m = *fm->model;
@@ -1942,6 +1943,7 @@ int main(int argc, char **argv) {
     gpu_fast = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST);
     gpu_bf16kv = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST_BF16_KV);
     gpu_bf16 = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST_BF16);
+    gpu_int8kv = load(MIMI_BACKEND_CUDA, MIMI_PRECISION_FAST_INT8_KV);
     CHECK(strcmp(mimi_model_backend_name(gpu), "cuda") == 0);
     struct st_file refs;
     char err[256];
@@ -1973,6 +1975,7 @@ int main(int argc, char **argv) {
     mimi_model_destroy(gpu_fast);
     mimi_model_destroy(gpu_bf16kv);
     mimi_model_destroy(gpu_bf16);
+    mimi_model_destroy(gpu_int8kv);
     mimi_model_destroy(gpu);
     mimi_model_destroy(cpu);
     return test_summary();

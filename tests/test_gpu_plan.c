@@ -1355,9 +1355,8 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precis
     CHECK_EQ(gpu_layout_init(&whole, m, MIMI_DIRECTION_ENCODE, 2, N_Q, MIMI_ATTENTION_RING, 4), MIMI_OK);
     CHECK(whole.kv_bf16 && !whole.kv_int8);
     if (int8) {
-        // the attention of one row and of more than GPU_SKINNY_MAX reads int8 rings, from the
-        // per-layer ops (the persistent transformer reads f32 and bf16 only), on tensor cores
-        // past GPU_SKINNY_MAX rows (plans built, not run)
+        // the attention of one row (in the persistent transformer) and of more than
+        // GPU_SKINNY_MAX (per-layer ops, on tensor cores) reads int8 rings (plans built, not run)
         enum { MANY = GPU_SKINNY_MAX + 4 };
         struct gpu_layout L;
         CHECK_EQ(gpu_layout_init(&L, m, MIMI_DIRECTION_DECODE, MANY, N_Q, MIMI_ATTENTION_RING, 1), MIMI_OK);
@@ -1370,13 +1369,16 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precis
             int attention = 0, flagged = 0, mma = 0;
             for (int i = 0; i < p.n_ops; i++) {
                 const struct gpu_op *op = &p.ops[i];
-                if (op->kind != GOP_ATTENTION) continue;
+                const struct op_attention *at = op->kind == GOP_ATTENTION     ? &op->u.attention
+                                                : op->kind == GOP_TRANSFORMER ? &op->u.transformer.att
+                                                                              : NULL;
+                if (!at) continue;
                 attention++;
-                flagged += op->u.attention.kv_int8 && !op->u.attention.kv_bf16;
-                mma += op->u.attention.mma_bf16 && GPU_ATT_MMA_SHORT(op->u.attention.R, op->u.attention.steps);
+                flagged += at->kv_int8 && !at->kv_bf16;
+                mma += op->kind == GOP_ATTENTION && at->mma_bf16 && GPU_ATT_MMA_SHORT(at->R, at->steps);
             }
-            CHECK_EQ(count_ops(&p, GOP_TRANSFORMER), 0);
-            CHECK_EQ(attention, m->dec_tr.n_layers);
+            CHECK_EQ(count_ops(&p, GOP_TRANSFORMER), k ? 0 : 1);
+            CHECK_EQ(attention, k ? m->dec_tr.n_layers : 1);
             CHECK_EQ(flagged, attention);
             CHECK_EQ(mma, k ? attention : 0);
             gpu_plan_free(&p);

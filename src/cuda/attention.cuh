@@ -116,8 +116,8 @@ int attention_mma_short(const struct op_attention *a, struct gpu_exec *ex);
 // Pair p of a key (k0, k1) and a value (v0, v1) into ring entry e of `slot` as int8 (kv_int8):
 // the warp's 32 lanes hold the 32 pairs of one head (p = 32 h + lane) and together find its
 // largest magnitudes; each lane stores its two values, lane 0 the head's scales.
-static __device__ __forceinline__ void store_int8_pair(const struct op_attention &a, int slot, int e, int p, float k0,
-                                                       float k1, float v0, float v1) {
+static __device__ __forceinline__ void store_int8_pair(const struct op_attention &a, void *keys, void *values, int slot,
+                                                       int e, int p, float k0, float k1, float v0, float v1) {
     float km = fmaxf(fabsf(k0), fabsf(k1)), vm = fmaxf(fabsf(v0), fabsf(v1));
 #pragma unroll
     for (int o = 16; o; o >>= 1) {
@@ -128,12 +128,12 @@ static __device__ __forceinline__ void store_int8_pair(const struct op_attention
     const auto pair = [](float x0, float x1, float mx) {
         return (uint16_t)((gpu_kv_int8_code(x0, mx) & 0xff) | (gpu_kv_int8_code(x1, mx) & 0xff) << 8);
     };
-    *(uint16_t *)(slot_ring<int8_t>(a.keys, a.slot_stride, slot) + at) = pair(k0, k1, km);
-    *(uint16_t *)(slot_ring<int8_t>(a.values, a.slot_stride, slot) + at) = pair(v0, v1, vm);
+    *(uint16_t *)(slot_ring<int8_t>(keys, a.slot_stride, slot) + at) = pair(k0, k1, km);
+    *(uint16_t *)(slot_ring<int8_t>(values, a.slot_stride, slot) + at) = pair(v0, v1, vm);
     if ((threadIdx.x & 31) == 0) {
         const size_t sc = (size_t)e * a.n_heads + p / (GPU_ATT_ONEPASS_HD / 2);
-        slot_scales(a.keys, a.slot_stride, slot, a.ring, a.d)[sc] = gpu_kv_int8_scale(km);
-        slot_scales(a.values, a.slot_stride, slot, a.ring, a.d)[sc] = gpu_kv_int8_scale(vm);
+        slot_scales(keys, a.slot_stride, slot, a.ring, a.d)[sc] = gpu_kv_int8_scale(km);
+        slot_scales(values, a.slot_stride, slot, a.ring, a.d)[sc] = gpu_kv_int8_scale(vm);
     }
 }
 
@@ -157,7 +157,7 @@ static __device__ __forceinline__ void rope_pair(const struct op_attention &a, i
     k[2 * p + 1] = k1;
     if (slot < 0) return;
     if (a.kv_int8) {
-        store_int8_pair(a, slot, pos % a.ring, p, k0, k1, v[2 * p], v[2 * p + 1]);
+        store_int8_pair(a, a.keys, a.values, slot, pos % a.ring, p, k0, k1, v[2 * p], v[2 * p + 1]);
         return;
     }
     const size_t at = (size_t)(pos % a.ring) * d + 2 * p;
@@ -244,13 +244,15 @@ static __device__ __forceinline__ ring_scales head_scales(const struct op_attent
                        slot_scales(values, a.slot_stride, slot, a.ring, a.d) + h, a.n_heads};
 }
 
+// Entries at positions `newest` or later are left out (the persistent transformer's int8 rings,
+// whose step's new entries it folds in from q k v itself).
 template <int MAXS, typename T, bool PIPE>
 static __device__ __forceinline__ void onepass_span(const typename ring4<T>::unit *keys,
                                                     const typename ring4<T>::unit *values, ring_scales sc,
                                                     const int32_t *positions, int lo, int ring, int j_begin,
                                                     int j_end, int d4, const float4 (&q)[MAXS], int steps, int32_t pos,
                                                     int context, float scale, float4 (&acc)[MAXS], float (&m)[MAXS],
-                                                    float (&l)[MAXS]) {
+                                                    float (&l)[MAXS], int32_t newest = INT32_MAX) {
     typedef typename ring4<T>::unit unit;
     const int lane = threadIdx.x % 32, half = lane >> 4;
     unit kr[4], vr[4];
@@ -264,6 +266,7 @@ static __device__ __forceinline__ void onepass_span(const typename ring4<T>::uni
             kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
             vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
             pr[u] = in ? positions[e] : -1;
+            if (pr[u] >= newest) pr[u] = -1;
             if (ring4<T>::scaled) {
                 ksr[u] = in ? sc.ks[(size_t)e * sc.n_heads] : 0.0f;
                 vsr[u] = in ? sc.vs[(size_t)e * sc.n_heads] : 0.0f;

@@ -431,7 +431,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_tails = take(&s, L->tails_elems);
     L->sc_edges = take(&s, L->edges_per_row * C);
     const int tr_rows = capacity < GPU_TR_MAX_ROWS / L->steps ? capacity : GPU_TR_MAX_ROWS / L->steps;
-    if (!L->kv_int8 && gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
+    if (gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
         L->sc_tr_part = take(&s, (size_t)tr->n_heads * tr_rows * L->steps * L->d);
         L->sc_tr_barrier = take(&s, 2);
     }
@@ -944,8 +944,7 @@ static void plan_transformer(struct builder *B, const struct transformer *t, con
                                 B->row_slot, freq, L->slot_elems, B->R, L->steps, d, t->n_heads,
                                 t->head_dim, L->ring, t->context, 1, L->kv_bf16,
                                 (L->kv_bf16 || L->kv_int8) && L->conv_bf16, L->kv_int8};
-    // (the persistent transformer reads f32 and bfloat16 rings only)
-    if (L->sc_tr_barrier && !L->kv_int8 && gpu_transformer_fits(rows, L->steps, d, ff, t->head_dim, t->n_layers)) {
+    if (L->sc_tr_barrier && gpu_transformer_fits(rows, L->steps, d, ff, t->head_dim, t->n_layers)) {
         plan_transformer_persistent(B, t, lw, &base, in, out);
         return;
     }

@@ -215,7 +215,8 @@ struct tr_rows {
 };
 
 // Stage 1's end: the block's qkv outputs (pairs of rows), q and k rotated (rope_pair's
-// arithmetic), q into a.qkv, k and v into the rings of non-padding rows.
+// arithmetic), q into a.qkv, k and v into the rings of non-padding rows (int8 rings: into a.qkv
+// as well, since a head's scale needs all its values; tr_attend stores them).
 template <typename T>
 static __device__ void tr_store_qkv(const struct op_attention &a, const struct op_tr_layer &w,
                                     const struct tr_lin &L, const struct tr_rows &rw, const float *outv) {
@@ -231,8 +232,8 @@ static __device__ void tr_store_qkv(const struct op_attention &a, const struct o
             v0 = __fsub_rn(__fmul_rn(re, cs), __fmul_rn(im, sn));
             v1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, cs));
         }
-        if (seg == 0) {
-            float *q = a.qkv + (size_t)sr * 3 * d + c;
+        if (seg == 0 || sizeof(T) == 1) {  // q, and with int8 rings k and v (tr_attend stores them)
+            float *q = a.qkv + (size_t)sr * 3 * d + (size_t)seg * d + c;
             q[0] = v0;
             q[1] = v1;
         } else if (slot >= 0) {
@@ -265,6 +266,47 @@ static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, 
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// With int8 rings: the step's new keys and values of row r and head h (in a.qkv, stage 1's)
+// quantized as the ring holds them; warp 0 folds them into its softmax (the ring walk left their
+// entries out: other items of this row and head read the ring while this one stores them), and
+// the item that stores them (`store`: one per row and head) writes them into the ring, warp s
+// step s, for the launches after this one.
+template <int MAXS>
+static __device__ void tr_new_int8(const struct op_attention &a, const struct op_tr_layer &w, int r, int h, int slot,
+                                   int32_t pos0, bool store, const float4 (&q)[MAXS], float scale, float4 (&acc)[MAXS],
+                                   float (&m)[MAXS], float (&l)[MAXS]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane >> 4, li = lane & 15;
+    const int d = a.d, steps = a.steps;
+    if (warp == 0) {
+        // round u = 0: half-warp `half` holds step half's key (when there is one), as onepass_span
+        float4 kv[4], vv[4];
+        int32_t pk[4] = {-1, -1, -1, -1};
+        for (int u = 0; u < 4; u++) kv[u] = vv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const int s = min(half, steps - 1);
+        const float *row = a.qkv + ((size_t)r * steps + s) * 3 * d + (size_t)h * GPU_ATT_ONEPASS_HD + 4 * li;
+        const float4 k = *(const float4 *)(row + d), v = *(const float4 *)(row + 2 * d);
+        float km = fmaxf(fmaxf(fabsf(k.x), fabsf(k.y)), fmaxf(fabsf(k.z), fabsf(k.w)));
+        float vm = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 8; o; o >>= 1) {
+            km = fmaxf(km, __shfl_xor_sync(0xffffffffu, km, o));
+            vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, o));
+        }
+        const float ks = gpu_kv_int8_scale(km), vs = gpu_kv_int8_scale(vm);
+        const auto deq = [](float x, float mx, float sc) { return (float)gpu_kv_int8_code(x, mx) * sc; };
+        kv[0] = make_float4(deq(k.x, km, ks), deq(k.y, km, ks), deq(k.z, km, ks), deq(k.w, km, ks));
+        vv[0] = make_float4(deq(v.x, vm, vs), deq(v.y, vm, vs), deq(v.z, vm, vs), deq(v.w, vm, vs));
+        if (half < steps) pk[0] = pos0 + half;
+        onepass_round<MAXS>(q, kv, vv, pk, steps, pos0, a.context, scale, lane, acc, m, l);
+    }
+    if (store && warp < steps) {
+        const float *row = a.qkv + ((size_t)r * steps + warp) * 3 * d;
+        const int p = h * (GPU_ATT_ONEPASS_HD / 2) + lane;
+        store_int8_pair(a, w.keys, w.values, slot, (pos0 + warp) % a.ring, p, row[d + 2 * p], row[d + 2 * p + 1],
+                        row[2 * d + 2 * p], row[2 * d + 2 * p + 1]);
+    }
 }
 
 // Stage 2, item b < R * n_heads * split: `split` items for each row r and head h attend
@@ -301,8 +343,12 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
         const unit *values = (const unit *)(slot_ring<T>(w.values, a.slot_stride, slot) + (size_t)h * GPU_ATT_ONEPASS_HD) + li;
         const int share = (a.ring + TR_WARPS - 1) / TR_WARPS;
         const int j_begin = warp * share, j_end = min(a.ring, j_begin + share);
-        onepass_span<GPU_TR_MAX_STEPS, T, true>(keys, values, ring_scales{}, positions, 0, a.ring, j_begin, j_end, d4, q, steps, pos0,
-                                                a.context, 1.0f / sqrtf((float)GPU_ATT_ONEPASS_HD), acc, m, l);
+        const float scale = 1.0f / sqrtf((float)GPU_ATT_ONEPASS_HD);
+        const int32_t newest = ring4<T>::scaled ? pos0 : INT32_MAX;
+        onepass_span<GPU_TR_MAX_STEPS, T, true>(keys, values, head_scales<T>(a, w.keys, w.values, slot, h), positions, 0,
+                                                a.ring, j_begin, j_end, d4, q, steps, pos0, a.context, scale, acc, m,
+                                                l, newest);
+        if (ring4<T>::scaled) tr_new_int8(a, w, r, h, slot, pos0, item % split == 0, q, scale, acc, m, l);
     }
     // the halves, then the warps in order (as the one-pass kernel); a padding row gives zeros
     onepass_store_warp<GPU_TR_MAX_STEPS>(steps, m, l, acc, sm_m[warp], sm_l[warp], sm_acc[warp][0]);
@@ -464,9 +510,8 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
     const struct op_attention *a = &t->att;
     const int S = a->R * a->steps, d = a->d, f = t->d_ff;
     if (!gpu_transformer_fits(S, a->steps, d, f, a->head_dim, t->n_layers) || t->n_layers < 1 ||
-        a->n_heads * a->head_dim != d || a->kv_int8) {
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d%s do not fit", S, d, f,
-                     a->kv_int8 ? " with int8 rings" : "");
+        a->n_heads * a->head_dim != d) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "transformer: %d rows of width %d / %d do not fit", S, d, f);
         return MIMI_EINVAL;
     }
     const int blocks = device_sms();
@@ -483,7 +528,11 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
     const size_t us = ((size_t)A.units * S + 3) & ~(size_t)3;
     const size_t smem = sizeof(float) * ((size_t)S * (d > f ? d : f) + 2 * us + (size_t)min(d / A.split_wo, TR_WO_ROWS) * TR_WO);
     void (*kernel)(const struct tr_args) =
-        S <= 2 ? (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, 2> : transformer_kernel<float, 2>)
-               : (a->kv_bf16 ? transformer_kernel<__nv_bfloat16, GPU_TR_MAX_ROWS> : transformer_kernel<float, GPU_TR_MAX_ROWS>);
+        S <= 2 ? (a->kv_int8   ? transformer_kernel<int8_t, 2>
+                  : a->kv_bf16 ? transformer_kernel<__nv_bfloat16, 2>
+                               : transformer_kernel<float, 2>)
+               : (a->kv_int8   ? transformer_kernel<int8_t, GPU_TR_MAX_ROWS>
+                  : a->kv_bf16 ? transformer_kernel<__nv_bfloat16, GPU_TR_MAX_ROWS>
+                               : transformer_kernel<float, GPU_TR_MAX_ROWS>);
     return grid_launch(kernel, blocks, TR_THREADS, smem, A, ex, "transformer");
 }
