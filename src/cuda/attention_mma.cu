@@ -36,25 +36,25 @@
 
 // O (16 x 64) += P V over keys 16 kk .. 16 kk + 15 of a tile: pa, P's A fragments; V's B
 // fragments by ldmatrix.trans from the values at vs (rows ld 2-byte values apart); bf16 or (F16)
-// f16 operands.
-template <bool F16>
+// f16 operands. W 4: o holds this lane's rows g and g + 8; W 2: row g only (row g + 8 is
+// padding: its sums are dropped, and o takes 16 registers instead of 32).
+template <bool F16, int W>
 static __device__ __forceinline__ void pv_product(const unsigned (&pa)[4], const void *vs, int ld, int kk,
-                                                  float (&o)[8][4]) {
+                                                  float (&o)[8][W]) {
     const int lane = threadIdx.x & 31;
     const int row = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 8 * (lane >> 4);
+    unsigned v[4];  // V's fragments of dims 8n .. 8n + 15, for n even and the odd n after it
 #pragma unroll
-    for (int n = 0; n < 8; n += 2) {
-        unsigned v0, v1, v2, v3;
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                     : "r"(smem_addr((const uint16_t *)vs + row * ld + 8 * n + col)));
-        if (F16) {
-            mma_f16(o[n], pa, v0, v1);
-            mma_f16(o[n + 1], pa, v2, v3);
-        } else {
-            mma_bf16(o[n], pa, v0, v1);
-            mma_bf16(o[n + 1], pa, v2, v3);
-        }
+    for (int n = 0; n < 8; n++) {
+        if (n % 2 == 0)
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                         : "r"(smem_addr((const uint16_t *)vs + row * ld + 8 * n + col)));
+        float c[4] = {o[n][0], o[n][1], W == 4 ? o[n][W / 2] : 0.0f, W == 4 ? o[n][W - 1] : 0.0f};
+        if (F16) mma_f16(c, pa, v[2 * (n % 2)], v[2 * (n % 2) + 1]);
+        else mma_bf16(c, pa, v[2 * (n % 2)], v[2 * (n % 2) + 1]);
+#pragma unroll
+        for (int i = 0; i < W; i++) o[n][i] = c[i];
     }
 }
 
@@ -133,12 +133,13 @@ static __device__ __forceinline__ void q_fragments(const float *qa, int d, bool 
 
 // The online softmax's end for this lane's query rows s_a and s_a + 8 of the block's (out: its
 // first row): the sums over the quad, then o / l stored for the rows below nq (zeros where no key
-// was visible).
-static __device__ __forceinline__ void store_rows(float (&l)[2], const float (&o)[8][4], float *out, int d, int s_a,
+// was visible). W 2: o holds row s_a only.
+template <int W>
+static __device__ __forceinline__ void store_rows(float (&l)[2], const float (&o)[8][W], float *out, int d, int s_a,
                                                   int nq) {
     const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < W / 2; u++) {
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
         const int s = s_a + 8 * u;
@@ -296,8 +297,10 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
 // and a probability is multiplied by its value's scale (at most 65504) before its rounding to
 // f16; the sums take it unscaled. Against bf16 rings' kernel a tile is half the bytes and needs
 // no widening of its keys.
-#define AS8_LDK 80                 // bytes of a staged key row: 16 more than its 64, rows on distinct banks
-#define AS8_KEYS (AS_TK * AS8_LDK)  // bytes of a tile's staged keys
+#define AS8_KEYS (AS_TK * AM_HD)    // bytes of a tile's staged keys
+// Where 16-byte piece c of staged key row j lies in the row: swapped within the row's four by
+// (j / 2) % 4, so that the 8 rows a fragment load reads fall on distinct banks.
+#define AS8_PIECE(j, c) (16 * ((c) ^ (((j) >> 1) & 3)))
 #define AS8_VALUES (AS_TK * AM_HD)  // and values
 #define AS8_WARP_BYTES                                                                                       \
     (sizeof(__half) * AS_WARP_TILE + 2 * (AS8_KEYS + AS8_VALUES) + sizeof(float) * 2 * 2 * AS_TK + \
@@ -357,22 +360,24 @@ static __device__ __forceinline__ void q_fragments_int8(const float *qa, bool va
 }
 
 // mma_tile over a staged int8 tile for short steps (rows g + 8 of the 16 are padding: their
-// scores, sums and outputs are left out): keys ks (rows ldk bytes apart), values widened to f16
-// at vs (rows ld halves apart), the tile's key and value scales ksc and vsc. A lane's scores are
-// sc[j][0..1]: keys 8j + 2t and 8j + 2t + 1 of its row g.
+// scores, sums and outputs are left out, o holding row g only): keys ks (AS8_PIECE rows of 64
+// bytes), values widened to f16 at vs (rows ld halves apart), the tile's key and value scales
+// ksc and vsc. A lane's scores are sc[j][0..1]: keys 8j + 2t and 8j + 2t + 1 of its row g.
 template <int NJ>
-static __device__ __forceinline__ void mma_tile_int8(const unsigned (&qi)[2][4], float qs, const int8_t *ks, int ldk,
+static __device__ __forceinline__ void mma_tile_int8(const unsigned (&qi)[2][4], float qs, const int8_t *ks,
                                                      const __half *vs, int ld, const float *ksc, const float *vsc,
                                                      const int32_t *kp, int32_t qpos, int context, float &m, float &l,
-                                                     float (&o)[8][4]) {
+                                                     float (&o)[8][2]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float sc[NJ][2], mx = m;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         int acc[4] = {0, 0, 0, 0};
-        const unsigned *krow = (const unsigned *)(ks + (8 * j + g) * ldk) + t;
+        const int8_t *krow = ks + (8 * j + g) * AM_HD + 4 * t;
 #pragma unroll
-        for (int kk = 0; kk < 2; kk++) mma_s8(acc, qi[kk], krow[8 * kk], krow[8 * kk + 4]);
+        for (int kk = 0; kk < 2; kk++)
+            mma_s8(acc, qi[kk], *(const unsigned *)(krow + AS8_PIECE(g, 2 * kk)),
+                   *(const unsigned *)(krow + AS8_PIECE(g, 2 * kk + 1)));
         const float2 kscale = *(const float2 *)(ksc + 8 * j + 2 * t);
         const int2 pk = *(const int2 *)(kp + 8 * j + 2 * t);
 #pragma unroll
@@ -433,7 +438,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
         for (int i = 0; i < AS8_VALUES / 16 / 32; i++) {
             const int c16 = lane + 32 * i, j = c16 / (AM_HD / 16), c = 16 * (c16 % (AM_HD / 16));
             const size_t at = (size_t)min(e0 + j, ring - 1) * d + c;
-            cp_async16(kb + j * AS8_LDK + c, keys + at);
+            cp_async16(kb + j * AM_HD + AS8_PIECE(j, c / 16), keys + at);
             cp_async16(vb + j * AM_HD + c, values + at);
         }
         const int j = lane & (AS_TK - 1), e = min(e0 + j, ring - 1);
@@ -446,7 +451,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     float qs;
     q_fragments_int8(a.qkv + ((size_t)r * steps + g) * 3 * d + (size_t)h * AM_HD, g < steps, qi, qs);
     float m = -INFINITY, l = 0.0f;
-    float o[8][4] = {};  // o[n][0..1]: row g (2 and 3, row g + 8's, stay 0)
+    float o[8][2] = {};  // row g's outputs (dims 8n + 2t, + 1)
     for (int e0 = 0, b = 0; e0 < ring; e0 += AS_TK, b ^= 1) {
         __syncwarp();  // every lane is done with buffer b ^ 1 and with the widened values
         if (e0 + AS_TK < ring) {
@@ -463,7 +468,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
             widen16_f16(*(const uint4 *)(vb + j * AM_HD + c), (uint4 *)(vt + j * AM_LD + c));
         }
         __syncwarp();  // tile e0 is staged and widened
-        mma_tile_int8<AS_TK / 8>(qi, qs, kb, AS8_LDK, vt, AM_LD, scales + 2 * b * AS_TK, scales + (2 * b + 1) * AS_TK,
+        mma_tile_int8<AS_TK / 8>(qi, qs, kb, vt, AM_LD, scales + 2 * b * AS_TK, scales + (2 * b + 1) * AS_TK,
                                  kpos + b * AS_TK, pos0 + g, a.context, m, l, o);
     }
     float ls[2] = {l, 0.0f};
