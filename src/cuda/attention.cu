@@ -310,6 +310,16 @@ static int rope_apart(const struct op_attention *a, struct op_attention *b, stru
     return launch_rope_kv(a, ex);
 }
 
+// The one-pass kernel over rings of element type T, `per` queries a block (2 or 4), pipelined
+// (`pipe`) for two.
+template <typename T>
+static void launch_onepass(const struct op_attention &b, dim3 grid, int threads, int per, bool pipe,
+                           struct gpu_exec *ex) {
+    if (per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, T, true>, grid, threads, 0, ex, b);
+    else if (per == 2) pdl_launch(attention_onepass_kernel<2, T, false>, grid, threads, 0, ex, b);
+    else pdl_launch(attention_onepass_kernel<4, T, false>, grid, threads, 0, ex, b);
+}
+
 static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
     dim3 grid = row_head_grid(a->R, a->n_heads, 1);
     struct op_attention b = *a;
@@ -333,15 +343,9 @@ static int launch_attention(const struct op_attention *a, struct gpu_exec *ex) {
         // at 2048 streams the pipelined f32 kernel (116 registers, 2 blocks per SM) lost 9%
         const bool pipe = a->R <= GPU_SKINNY_MAX;
         const int threads = 32 * ATTF_BLOCK_WARPS(pipe && per == 2);  // the launched kernel's PIPE
-        if (a->kv_int8 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, int8_t, true>, grid, threads, 0, ex, b);
-        else if (a->kv_int8 && per == 2) pdl_launch(attention_onepass_kernel<2, int8_t, false>, grid, threads, 0, ex, b);
-        else if (a->kv_int8) pdl_launch(attention_onepass_kernel<4, int8_t, false>, grid, threads, 0, ex, b);
-        else if (a->kv_bf16 && per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, true>, grid, threads, 0, ex, b);
-        else if (a->kv_bf16 && per == 2) pdl_launch(attention_onepass_kernel<2, __nv_bfloat16, false>, grid, threads, 0, ex, b);
-        else if (a->kv_bf16) pdl_launch(attention_onepass_kernel<4, __nv_bfloat16, false>, grid, threads, 0, ex, b);
-        else if (per == 2 && pipe) pdl_launch(attention_onepass_kernel<2, float, true>, grid, threads, 0, ex, b);
-        else if (per == 2) pdl_launch(attention_onepass_kernel<2, float, false>, grid, threads, 0, ex, b);
-        else pdl_launch(attention_onepass_kernel<4, float, false>, grid, threads, 0, ex, b);
+        if (a->kv_int8) launch_onepass<int8_t>(b, grid, threads, per, pipe, ex);
+        else if (a->kv_bf16) launch_onepass<__nv_bfloat16>(b, grid, threads, per, pipe, ex);
+        else launch_onepass<float>(b, grid, threads, per, pipe, ex);
         return launch_status(ex, "attention");
     }
     if (a->kv_bf16 || a->kv_int8) {

@@ -297,14 +297,12 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
 // and a probability is multiplied by its value's scale (at most 65504) before its rounding to
 // f16; the sums take it unscaled. Against bf16 rings' kernel a tile is half the bytes and needs
 // no widening of its keys.
-#define AS8_KEYS (AS_TK * AM_HD)    // bytes of a tile's staged keys
+#define AS8_TILE (AS_TK * AM_HD)  // bytes of a tile's staged keys, or values
 // Where 16-byte piece c of staged key row j lies in the row: swapped within the row's four by
 // (j / 2) % 4, so that the 8 rows a fragment load reads fall on distinct banks.
 #define AS8_PIECE(j, c) (16 * ((c) ^ (((j) >> 1) & 3)))
-#define AS8_VALUES (AS_TK * AM_HD)  // and values
-#define AS8_WARP_BYTES                                                                                       \
-    (sizeof(__half) * AS_WARP_TILE + 2 * (AS8_KEYS + AS8_VALUES) + sizeof(float) * 2 * 2 * AS_TK + \
-     sizeof(int32_t) * 2 * AS_TK)
+#define AS8_WARP_BYTES \
+    (sizeof(__half) * AS_WARP_TILE + 2 * 2 * AS8_TILE + sizeof(float) * 2 * 2 * AS_TK + sizeof(int32_t) * 2 * AS_TK)
 static size_t as8_smem(int n_heads) { return AS8_WARP_BYTES * (size_t)n_heads; }
 
 // The 16 int8 values of `in` as f16 at out (two 16-byte words): a byte with its sign bit flipped
@@ -419,7 +417,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     unsigned char *mine = (unsigned char *)as_smem16 + AS8_WARP_BYTES * h;
     __half *vt = (__half *)mine;                                     // the widened values
     int8_t *staged = (int8_t *)(vt + AS_WARP_TILE);                   // buffer b: keys, then values
-    float *scales = (float *)(staged + 2 * (AS8_KEYS + AS8_VALUES));  // buffer b: keys' at 2b, values' at 2b + 1
+    float *scales = (float *)(staged + 2 * 2 * AS8_TILE);  // buffer b: keys' at 2b, values' at 2b + 1
     int32_t *kpos = (int32_t *)(scales + 4 * AS_TK);                  // buffer b: positions at b * AS_TK
     pdl_begin();
     const int slot = a.row_slot[r];
@@ -433,9 +431,9 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     // entries e0 .. e0 + AS_TK - 1 into buffer b (past the ring: the last entry again, masked):
     // lane copies 16-byte pieces lane and lane + 32 of the keys and of the values
     auto load = [&](int e0, int b) {
-        int8_t *kb = staged + b * (AS8_KEYS + AS8_VALUES), *vb = kb + AS8_KEYS;
+        int8_t *kb = staged + b * 2 * AS8_TILE, *vb = kb + AS8_TILE;
 #pragma unroll
-        for (int i = 0; i < AS8_VALUES / 16 / 32; i++) {
+        for (int i = 0; i < AS8_TILE / 16 / 32; i++) {
             const int c16 = lane + 32 * i, j = c16 / (AM_HD / 16), c = 16 * (c16 % (AM_HD / 16));
             const size_t at = (size_t)min(e0 + j, ring - 1) * d + c;
             cp_async16(kb + j * AM_HD + AS8_PIECE(j, c / 16), keys + at);
@@ -461,9 +459,9 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
             asm volatile("cp.async.wait_group 0;");
         }
         // the values this lane copied, widened (its own copies: no exchange needed before)
-        const int8_t *kb = staged + b * (AS8_KEYS + AS8_VALUES), *vb = kb + AS8_KEYS;
+        const int8_t *kb = staged + b * 2 * AS8_TILE, *vb = kb + AS8_TILE;
 #pragma unroll
-        for (int i = 0; i < AS8_VALUES / 16 / 32; i++) {
+        for (int i = 0; i < AS8_TILE / 16 / 32; i++) {
             const int c16 = lane + 32 * i, j = c16 / (AM_HD / 16), c = 16 * (c16 % (AM_HD / 16));
             widen16_f16(*(const uint4 *)(vb + j * AM_HD + c), (uint4 *)(vt + j * AM_LD + c));
         }

@@ -395,7 +395,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     // whose rings live for one call, keep bfloat16
     const int p = m->precision, hd64 = tr->head_dim == GPU_ATT_ONEPASS_HD;
     L->kv_int8 = p == MIMI_PRECISION_FAST_INT8_KV && frames == 1 && hd64 && L->d % 16 == 0;
-    L->kv_bf16 = !L->kv_int8 && p >= MIMI_PRECISION_FAST_BF16_KV && hd64;
+    L->kv_bf16 = !L->kv_int8 && hd64 &&
+                 (p == MIMI_PRECISION_FAST_BF16_KV || p == MIMI_PRECISION_FAST_BF16 || p == MIMI_PRECISION_FAST_INT8_KV);
     const size_t ring_elems = L->kv_int8 ? (size_t)L->ring * (L->d / 4 + tr->n_heads)
                                          : (size_t)L->ring * L->d / (L->kv_bf16 ? 2 : 1);
     for (int l = 0; l < tr->n_layers; l++) {
