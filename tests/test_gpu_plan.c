@@ -449,6 +449,7 @@ static void emu_convtr_copy(const struct op_convtr_direct *a) {
 }
 
 static void emu_tails(const struct op_tails *a) {
+    if (a->with_finish) emu_finish(&a->finish);
     for (int e = 0; e < a->n; e++) {
         const struct gpu_tail *t = &a->e[e];
         for (int r = 0; r < a->R; r++) {
@@ -673,8 +674,29 @@ static void emu_argmin(const struct op_argmin *a) {
     free(own);
 }
 
-// The chained levels as one argmin per level.
+// The chained levels as one argmin per level; with `latent`, the two projections and the
+// semantic level first.
 static void emu_rvq_chain(const struct op_rvq_chain *c) {
+    const int R = c->first.R, dim = c->first.dim;
+    if (c->latent) {
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < dim; j++) {
+                float s = 0.0f, a = 0.0f;
+                for (int p = 0; p < c->D; p++) {
+                    s += c->in_first[(size_t)j * c->D + p] * c->latent[(size_t)p * R + r];
+                    a += c->in_rest[(size_t)j * c->D + p] * c->latent[(size_t)p * R + r];
+                }
+                c->sem_query[(size_t)r * dim + j] = s;
+                c->first.residual[(size_t)r * dim + j] = a;
+            }
+        struct op_argmin s0 = c->semantic;
+        s0.scores = NULL;
+        s0.residual = NULL;
+        s0.R = R;
+        s0.dim = dim;
+        s0.query = c->sem_query;
+        emu_argmin(&s0);
+    }
     for (int k = 0; k < c->levels; k++) {
         struct op_argmin a = c->first;
         a.book += (size_t)k * a.bins * a.dim;
@@ -696,8 +718,8 @@ static void emu_gather(const struct op_gather *a) {
             float e = bad ? 0.0f : a->books[(size_t)c[0] * a->dim + i], s = 0.0f;
             for (int q = 1; q < a->n_cb && !bad; q++)
                 s += a->books[((size_t)q * a->bins + c[q]) * a->dim + i];
-            a->e0[(size_t)r * a->dim + i] = e;
-            a->sum[(size_t)r * a->dim + i] = s;
+            a->e0[(size_t)r * a->ld + i] = e;
+            a->sum[(size_t)r * a->ld + i] = s;
         }
     }
 }
@@ -789,6 +811,20 @@ static void emu_destroy(struct emu_batch *e) {
 static int count_ops(const struct gpu_plan *p, int kind) {
     int n = 0;
     for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == kind;
+    return n;
+}
+
+// The first op of a kind, or NULL.
+static const struct gpu_op *find_op(const struct gpu_plan *p, int kind) {
+    for (int i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == kind) return &p->ops[i];
+    return NULL;
+}
+
+// Ops of a kind in one stage of the plan.
+static int count_stage_ops(const struct gpu_plan *p, const char *stage, int kind) {
+    int n = 0;
+    for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == kind && !strcmp(p->ops[i].stage, stage);
     return n;
 }
 
@@ -915,10 +951,14 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&enc.plans[1], GOP_RESBLOCK), 0);     // one stream: direct kernels
     CHECK_EQ(count_first(&enc.plans[WIDE]), 1);  // the encoder's first conv rides in it
     CHECK_EQ(count_first(&dec.plans[WIDE]), 0);
-    // and no ELU pass in the decoder: the ELU before each of its four transposed convs is
-    // applied by the kernel before it (the first conv's product, the resblocks' last convs)
+    // and no ELU pass in the decoder: the ELU before each of its four transposed convs and its
+    // last conv is applied by the kernel before it (the first conv's product, the resblocks'
+    // last convs)
     int folded;
     CHECK_EQ(count_elu(&dec.plans[1], &folded), 0);
+    CHECK_EQ(folded, 5);
+    // one stream's encoder: the ELU before each downsampling by the resblock's last conv
+    CHECK_EQ(count_elu(&enc.plans[1], &folded), 0);
     CHECK_EQ(folded, 4);
     int narrow;  // strict: the decoder's last conv on its own kernel
     CHECK_EQ(count_last(&dec.plans[WIDE], &narrow), 0);
@@ -927,8 +967,24 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_ops(&dec.plans[2], GOP_TRANSFORMER), 1);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_ATTENTION), 0);
     CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_TRANSFORMER), 0);
-    CHECK_EQ(count_ops(&enc.plans[1], GOP_RVQ_CHAIN), 1);  // the acoustic levels
-    CHECK_EQ(count_ops(&enc.plans[1], GOP_ARGMIN), 1);     // the semantic level
+    // one stream: the projections, the semantic level and the acoustic levels in one launch;
+    // WIDE slots: the projections and the semantic level before the chain
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_RVQ_CHAIN), 1);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_ARGMIN), 0);
+    const struct gpu_op *chain = find_op(&enc.plans[1], GOP_RVQ_CHAIN);
+    CHECK(chain && chain->u.rvq_chain.latent);
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_RVQ_CHAIN), 1);
+    CHECK_EQ(count_ops(&enc.plans[WIDE], GOP_ARGMIN), 1);
+    chain = find_op(&enc.plans[WIDE], GOP_RVQ_CHAIN);
+    CHECK(chain && !chain->u.rvq_chain.latent);
+    // the decoder's two output projections are one product; a small step's finish rides in its
+    // tails launch
+    CHECK_EQ(count_ops(&dec.plans[1], GOP_GATHER), 1);
+    CHECK_EQ(count_stage_ops(&dec.plans[1], "dec.quantizer", GOP_GEMM), 1);
+    CHECK_EQ(count_ops(&enc.plans[1], GOP_FINISH), 0);
+    CHECK_EQ(count_ops(&dec.plans[1], GOP_FINISH), 0);
+    const struct gpu_op *tails = find_op(&enc.plans[1], GOP_TAILS);
+    CHECK(tails && tails->u.tails.with_finish);
     wide_agreement(model, &enc, &dec, clip, 0, "wide plan vs CPU, 2 steps");
     emu_destroy(&enc);
     emu_destroy(&dec);

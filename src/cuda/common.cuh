@@ -105,6 +105,16 @@ static inline dim3 grid_rows(size_t n, int block, int rows) {
 #define FOR_EACH(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
+// op_finish's work for rows first, first + step, ... (finish_kernel, tails_kernel).
+static __device__ __forceinline__ void finish_rows(const struct op_finish &a, int first, int step) {
+    for (int r = first; r < a.R; r += step) {
+        const int slot = a.row_slot[r];
+        if (slot < 0) continue;
+        a.next_pos[(size_t)slot * a.slot_stride] += a.steps;
+        a.started[(size_t)slot * a.slot_stride] = 1;
+    }
+}
+
 // Whether this block is the last of `n` blocks to arrive at *counter, each after its writes:
 // the last one then sees every block's writes (it resets the counter when done). Every thread
 // of the block must call it.

@@ -350,9 +350,13 @@ extern "C" int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex) {
 // ---- staged tails ----
 
 // Block (x, e) stores entry e's (C, P) per non-padding row, its threads on consecutive elements
-// of the source.
+// of the source; blocks (x, n) do the step's finish (with_finish).
 static __global__ void tails_kernel(const struct op_tails a) {
     pdl_begin();
+    if (blockIdx.y == a.n) {
+        finish_rows(a.finish, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+        return;
+    }
     const struct gpu_tail &t = a.e[blockIdx.y];
     const int total = t.C * a.R * t.P;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
@@ -368,6 +372,6 @@ extern "C" int mimi_cuda_tails(const struct op_tails *a, struct gpu_exec *ex) {
     }
     int most = 0;
     for (int e = 0; e < a->n; e++) most = max(most, a->e[e].C * a->R * a->e[e].P);
-    pdl_launch(tails_kernel, dim3(grid_for((size_t)most, 256), a->n), 256, 0, ex, *a);
+    pdl_launch(tails_kernel, dim3(grid_for((size_t)most, 256), a->n + (a->with_finish != 0)), 256, 0, ex, *a);
     return launch_status(ex, "tails");
 }

@@ -142,12 +142,7 @@ extern "C" int mimi_cuda_transpose(const struct op_transpose *a, struct gpu_exec
 
 static __global__ void finish_kernel(const struct op_finish a) {
     pdl_begin();
-    FOR_EACH(r, (size_t)a.R) {
-        int slot = a.row_slot[r];
-        if (slot < 0) continue;
-        a.next_pos[(size_t)slot * a.slot_stride] += a.steps;
-        a.started[(size_t)slot * a.slot_stride] = 1;
-    }
+    finish_rows(a, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
 static int launch_finish(const struct op_finish *a, struct gpu_exec *ex) {

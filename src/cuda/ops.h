@@ -125,11 +125,22 @@ struct gpu_tail {
     float *dst;        // slot 0's (C, P)
     int C, P;
 };
+// End of a step: next_pos += steps and started = 1 for every non-padding row's slot.
+struct op_finish {
+    int32_t *next_pos, *started;  // slot 0's
+    const int32_t *row_slot;
+    size_t slot_stride;
+    int R, steps;
+};
+int mimi_cuda_finish(const struct op_finish *a, struct gpu_exec *ex);
+
 struct op_tails {
     struct gpu_tail e[GPU_MAX_TAILS];
     const int32_t *row_slot;  // (R)
     size_t slot_stride;
     int n, R;
+    int with_finish;          // the step's op_finish in the same launch (one launch fewer)
+    struct op_finish finish;
 };
 int mimi_cuda_tails(const struct op_tails *a, struct gpu_exec *ex);
 
@@ -326,14 +337,8 @@ struct op_transpose {
 };
 int mimi_cuda_transpose(const struct op_transpose *a, struct gpu_exec *ex);
 
-// End of a step: next_pos += steps and started = 1 for every non-padding row's slot.
-struct op_finish {
-    int32_t *next_pos, *started;  // slot 0's
-    const int32_t *row_slot;
-    size_t slot_stride;
-    int R, steps;
-};
-int mimi_cuda_finish(const struct op_finish *a, struct gpu_exec *ex);
+// struct op_finish (the end of a step: next_pos and started) is declared with op_tails, which
+// can take it into its launch; mimi_cuda_finish launches it alone.
 
 // ---- convtr1d.cu ----
 
@@ -544,14 +549,26 @@ int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
 // The levels of an acoustic chain one after another in one persistent cooperative launch (small
 // batches: R <= GPU_SKINNY_MAX rows, dim <= GPU_RVQ_MAX_DIM): level k is `first` with book +
 // k * bins * dim, norms + k * bins and codes + k, each level the fused form's arithmetic (the
-// same codes), the residual updated after each level. `part` holds 4 * GPU_RVQ_CHAIN_MAX_BLOCKS
+// same codes), the residual updated after each level. `part` holds 6 * GPU_RVQ_CHAIN_MAX_BLOCKS
 // * R floats; `barrier` (2 counters) is zero before and after.
+// With `latent` set (R <= GPU_RVQ_PROJECT_ROWS, D <= GPU_RVQ_MAX_LATENT, D % 4 = 0) the launch also makes
+// both queries, first.residual = in_rest . latent and sem_query = in_first . latent (a warp
+// per output row: a lane's float4s of it, then the warp's butterfly), and picks the semantic
+// level (`semantic`: book, norms, codes, code_stride; the fused form's arithmetic) alongside the
+// first acoustic one: one launch where a small step had four (two products, an argmin, the chain).
 #define GPU_RVQ_CHAIN_MAX_BLOCKS 256
+#define GPU_RVQ_PROJECT_ROWS 4
+#define GPU_RVQ_MAX_LATENT 512
 struct op_rvq_chain {
     struct op_argmin first;  // its residual (R, dim) is the query; scores, query, part, counter unused
     int levels;
     float *part;
     uint32_t *barrier;
+    const float *latent;             // (D, R), or NULL: the residual and no semantic level are given
+    const float *in_first, *in_rest;  // (dim, D) each
+    int D;
+    float *sem_query;                // (R, dim)
+    struct op_argmin semantic;       // book, norms, codes, code_stride (the rest unused)
 };
 int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec *ex);
 
@@ -561,10 +578,10 @@ int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec *ex);
 struct op_gather {
     const int32_t *codes;  // (R, n_cb)
     const float *books;    // (n_q, bins, dim)
-    float *e0, *sum;       // (R, dim)
+    float *e0, *sum;       // (R, dim) each, rows ld floats apart
     int32_t *row_slot;     // (R / frames), written for bad rows
     int32_t *error;        // set to 1 on a bad code
-    int R, n_cb, bins, dim, frames;
+    int R, n_cb, bins, dim, ld, frames;
 };
 int mimi_cuda_gather(const struct op_gather *a, struct gpu_exec *ex);
 

@@ -295,8 +295,13 @@ int gpu_weights_bind(struct gpu_weights *w, const struct mimi_model *m, gpu_map_
         size_t proj = (size_t)q->dim * q->latent;
         MAP(w->in_first, q->in_first, proj);
         MAP(w->in_rest, q->in_rest, proj);
-        MAP(w->out_first, q->out_first, proj);
-        MAP(w->out_rest, q->out_rest, proj);
+        float *both = rc ? NULL : owned_floats(w, 2 * proj);
+        if (!rc && !both) rc = MIMI_ENOMEM;
+        for (int o = 0; both && o < q->latent; o++) {
+            memcpy(both + (size_t)o * 2 * q->dim, q->out_first + (size_t)o * q->dim, sizeof(float) * q->dim);
+            memcpy(both + (size_t)(2 * o + 1) * q->dim, q->out_rest + (size_t)o * q->dim, sizeof(float) * q->dim);
+        }
+        MAP(w->out_both, both, 2 * proj);
         MAP(w->codebooks, q->codebooks, (size_t)q->n_q * q->bins * q->dim);
         MAP(w->norms, q->norms, (size_t)q->n_q * q->bins);
     } else {
@@ -437,14 +442,13 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         L->sc_tr_barrier = take(&s, 2);
     }
     if (codes) {
-        L->sc_r = take(&s, CF * q->dim);
+        L->sc_r = take(&s, CF * 2 * q->dim);  // the residual, and a small step's semantic query
         L->sc_scores = take(&s, CF * q->bins);
         L->sc_part = take(&s, 2 * GPU_RVQ_BLOCKS * GPU_SKINNY_MAX);
         L->sc_counter = take(&s, 1);
-        L->sc_rvq_part = take(&s, 4 * (size_t)GPU_RVQ_CHAIN_MAX_BLOCKS * GPU_SKINNY_MAX);
+        L->sc_rvq_part = take(&s, 6 * (size_t)GPU_RVQ_CHAIN_MAX_BLOCKS * GPU_SKINNY_MAX);
         L->sc_rvq_barrier = take(&s, 2);
-        L->sc_e0 = take(&s, CF * q->dim);
-        L->sc_sum = take(&s, CF * q->dim);
+        L->sc_e0 = take(&s, CF * 2 * q->dim);
     }
     L->scratch_elems = take(&s, 0);
     return MIMI_OK;
@@ -874,8 +878,11 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                 const int last = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONV &&
                                  B->L->st_conv[i + 2] && last_fits(B, &nx->conv, c->c_in, T);
                 // so may the ELU before a transposed conv (applied in place to the block's output)
-                const int elu_next = nx && s->layers[i + 1].kind == SEANET_ELU && nx->kind == SEANET_CONVTR &&
-                                     convtr_elu_pass(B, &nx->conv, w[i + 2].wf, T);
+                // or a conv (the encoder's downsamplings: there every block of the conv that
+                // stages an input would apply it again, once per channel tile and tap)
+                const int elu_next = nx && !last && s->layers[i + 1].kind == SEANET_ELU &&
+                                     (nx->kind == SEANET_CONV ||
+                                      (nx->kind == SEANET_CONVTR && convtr_elu_pass(B, &nx->conv, w[i + 2].wf, T)));
                 int fused, elu_done;
                 float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem, last ? w[i + 2].w : NULL,
                                            last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused, elu_next, &elu_done,
@@ -1001,15 +1008,27 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
     float *r = scratch(B, L->sc_r), *scores = scratch(B, L->sc_scores);
     // small batches compute the scores (R, bins) in the argmin's own launch
     const int fused = R <= GPU_SKINNY_MAX && dim <= GPU_RVQ_MAX_DIM;
+    if (fused && n_cb > 2 && R <= GPU_RVQ_PROJECT_ROWS && D <= GPU_RVQ_MAX_LATENT && D % 4 == 0) {
+        // the smallest steps: projections, the semantic level and the acoustic chain in one launch
+        struct op_rvq_chain *c = &emit(B, GOP_RVQ_CHAIN, "rvq_chain")->u.rvq_chain;
+        *c = (struct op_rvq_chain){{NULL, w->norms + bins, w->codebooks + (size_t)bins * dim, r, codes + 1, n_cb, R,
+                                    bins, dim, r, NULL, NULL},
+                                   n_cb - 1, scratch(B, L->sc_rvq_part), (uint32_t *)scratch(B, L->sc_rvq_barrier),
+                                   latent, w->in_first, w->in_rest, D, r + (size_t)R * dim,
+                                   {NULL, w->norms, w->codebooks, NULL, codes, n_cb, R, bins, dim, NULL, NULL, NULL}};
+        return;
+    }
     for (int k = 0; k < n_cb; k++) {
         // r (R, dim) = latent^T . in^T: the semantic level and the first acoustic level project
         if (k < 2) gemm(B, 1, 1, dim, R, D, k ? w->in_rest : w->in_first, D, latent, R, r, dim, 0.0f);
         const float *book = w->codebooks + (size_t)k * bins * dim;
         if (fused && k == 1 && n_cb > 2) {  // the acoustic levels in one persistent launch
             struct op_rvq_chain *c = &emit(B, GOP_RVQ_CHAIN, "rvq_chain")->u.rvq_chain;
-            *c = (struct op_rvq_chain){{NULL, w->norms + (size_t)k * bins, book, r, codes + k, n_cb, R, bins, dim, r,
-                                        NULL, NULL},
-                                       n_cb - 1, scratch(B, L->sc_rvq_part), (uint32_t *)scratch(B, L->sc_rvq_barrier)};
+            *c = (struct op_rvq_chain){.first = {NULL, w->norms + (size_t)k * bins, book, r, codes + k, n_cb, R, bins,
+                                                 dim, r, NULL, NULL},
+                                       .levels = n_cb - 1,
+                                       .part = scratch(B, L->sc_rvq_part),
+                                       .barrier = (uint32_t *)scratch(B, L->sc_rvq_barrier)};
             break;
         }
         // scores (R, bins) = r . book^T; nearest entry; the acoustic levels subtract it
@@ -1026,13 +1045,13 @@ static void plan_rvq_decode(struct builder *B, const struct quantizer *q, const 
                             const int32_t *codes, float *latent) {
     const struct gpu_layout *L = B->L;
     const int R = B->R * L->frames, dim = q->dim, n_cb = L->n_codebooks;
-    float *e0 = scratch(B, L->sc_e0), *sum = scratch(B, L->sc_sum);
+    // (R, 2 dim): each row's semantic entry, then the sum of its acoustic entries
+    float *e0 = scratch(B, L->sc_e0);
     struct op_gather *g = &emit(B, GOP_GATHER, "gather")->u.gather;
-    *g = (struct op_gather){codes, w->codebooks, e0, sum, B->p->stage, B->p->stage + B->R, R, n_cb, q->bins, dim,
-                            L->frames};
-    // latent (d, R) = out_first . e0^T (+ out_rest . sum^T)
-    gemm(B, 1, 0, R, q->latent, dim, e0, dim, w->out_first, dim, latent, R, 0.0f);
-    if (n_cb > 1) gemm(B, 1, 0, R, q->latent, dim, sum, dim, w->out_rest, dim, latent, R, 1.0f);
+    *g = (struct op_gather){codes, w->codebooks, e0, e0 + dim, B->p->stage, B->p->stage + B->R, R, n_cb, q->bins, dim,
+                            2 * dim, L->frames};
+    // latent (d, R) = out_first . e0^T + out_rest . sum^T, as one product over both
+    gemm(B, 1, 0, R, q->latent, 2 * dim, e0, 2 * dim, w->out_both, 2 * dim, latent, R, 0.0f);
 }
 
 // ---- whole steps ----
@@ -1099,15 +1118,18 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_layout *L, const struct 
     if (L->direction == MIMI_DIRECTION_ENCODE) plan_encode(&B, w);
     else plan_decode(&B, w);
     B.stage = "step";
-    if (B.tails.n > 0) {
+    const struct op_finish fin = {B.next_pos, B.started, B.row_slot, L->slot_elems, R, L->steps};
+    if (B.tails.n > 0) {  // the tails and the finish in one launch
         struct op_tails *t = &emit(&B, GOP_TAILS, "tails")->u.tails;
         *t = B.tails;
         t->row_slot = B.row_slot;
         t->slot_stride = L->slot_elems;
         t->R = R;
+        t->with_finish = 1;
+        t->finish = fin;
+    } else {
+        emit(&B, GOP_FINISH, "finish")->u.finish = fin;
     }
-    struct op_finish *f = &emit(&B, GOP_FINISH, "finish")->u.finish;
-    *f = (struct op_finish){B.next_pos, B.started, B.row_slot, L->slot_elems, R, L->steps};
     if (!B.rc && !p->output) B.rc = MIMI_EUNSUPPORTED;
     if (B.rc) gpu_plan_free(p);
     return B.rc;

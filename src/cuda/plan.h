@@ -50,14 +50,15 @@ struct gpu_weights {
     const float *enc_freq, *dec_freq;  // (head_dim/2) rotary frequencies
     const float *down, *up;            // (frame_dim, d*K) and depthwise (d, K)
     const float *down_bf16;            // `down` in bfloat16 (MIMI_PRECISION_FAST_BF16)
-    const float *in_first, *in_rest, *out_first, *out_rest;  // quantizer projections
+    const float *in_first, *in_rest;   // quantizer input projections (dim, latent)
+    const float *out_both;             // (latent, 2 dim): each row out_first's, then out_rest's
     const float *codebooks, *norms;    // (n_q, bins, dim), (n_q, bins)
     const float *projection;           // (d, frame_dim) when the model has no quantizer
     float freq_host[2][GPU_MAX_HEAD_DIM / 2];  // the rotary tables before mapping
     // host copies made for mapping: per SEANet layer at most 8 (a resblock's two packed convs,
     // their bf16 copies, and their transposes or fragments), in two SEANets, the bf16
-    // downsampling weight, and three bf16 linears per transformer layer
-    float *owned[16 * MIMI_MAX_SEANET_LAYERS + 1 + 6 * GPU_MAX_LAYERS];
+    // downsampling weight, three bf16 linears per transformer layer, and out_both
+    float *owned[16 * MIMI_MAX_SEANET_LAYERS + 2 + 6 * GPU_MAX_LAYERS];
     int n_owned;
 };
 
@@ -97,7 +98,7 @@ struct gpu_layout {
     size_t scratch_elems;
     size_t sc_stage, sc_out, sc_act[2], sc_res[2], sc_col, sc_taps;
     size_t sc_x, sc_x2, sc_h, sc_y, sc_qkv, sc_att, sc_ff, sc_tr_in, sc_tr_out, sc_latent;
-    size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_sum, sc_conv_part, sc_conv_counters;
+    size_t sc_r, sc_scores, sc_part, sc_counter, sc_e0, sc_conv_part, sc_conv_counters;
     size_t sc_tr_part, sc_tr_barrier;  // the persistent transformer's (small steps)
     size_t sc_rvq_part, sc_rvq_barrier;  // the persistent quantizer levels' (small steps)
     size_t sc_tails, tails_elems;  // staged conv histories and tails (steps of <= GPU_TAIL_ROWS rows)

@@ -97,17 +97,24 @@ static __device__ void score_bins(const float *book, const float *norms, int bin
     }
 }
 
-// Row s's code from the candidates of `blocks` blocks, one warp (every lane gets it): the
-// (v, j) minimum, the same in any order; all-NaN distances fall back to entry 0.
+// Row s's code from the candidates of `blocks` (at most PICK_MAX_BLOCKS) blocks, one warp (every
+// lane gets it): the (v, j) minimum, the same in any order; all-NaN distances fall back to entry
+// 0. A lane's candidates are all loaded before the first is compared (in one memory round trip).
+#define PICK_MAX_BLOCKS 256
+static_assert(GPU_RVQ_BLOCKS <= PICK_MAX_BLOCKS && GPU_RVQ_CHAIN_MAX_BLOCKS <= PICK_MAX_BLOCKS, "pick_code's loads");
 static __device__ int pick_code(const float *part_v, const int *part_j, int blocks, int R, int s, int bins) {
     const int lane = threadIdx.x % 32;
-    float v = INFINITY;
-    int j = bins;
-    for (int b = lane; b < blocks; b += 32) {
-        const float pv = __ldcg(part_v + (size_t)b * R + s);
-        const int pj = __ldcg(part_j + (size_t)b * R + s);
-        if (better(pv, pj, v, j)) v = pv, j = pj;
+    float v = INFINITY, pv[PICK_MAX_BLOCKS / 32];
+    int j = bins, pj[PICK_MAX_BLOCKS / 32];
+#pragma unroll
+    for (int u = 0; u < PICK_MAX_BLOCKS / 32; u++) {
+        const int b = lane + 32 * u;
+        pv[u] = b < blocks ? __ldcg(part_v + (size_t)b * R + s) : INFINITY;
+        pj[u] = b < blocks ? __ldcg(part_j + (size_t)b * R + s) : bins;
     }
+#pragma unroll
+    for (int u = 0; u < PICK_MAX_BLOCKS / 32; u++)
+        if (better(pv[u], pj[u], v, j)) v = pv[u], j = pj[u];
     for (int off = 16; off; off >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, v, off);
         const int oj = __shfl_xor_sync(0xffffffffu, j, off);
@@ -175,27 +182,105 @@ extern "C" int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex) 
 // rvq_level_kernel does (a warp per bin, lanes over the entry, the same sums in the same
 // order), leaves its best (v, j) per row, and after a grid barrier every block picks the codes
 // from all blocks' candidates and subtracts the entries from its residual copy.
+// The chain's queries from the latent (PROJECT): output rows j < 2 dim, j < dim the semantic
+// query's and the rest the acoustic residual's, a warp each. Lane l holds the row's float4s
+// l, l + 32, ... (D % 4 = 0, D <= GPU_RVQ_MAX_LATENT), all loaded before any is used (the
+// warp's first row before the latent is staged in lat (D, R)); its sums, then the warp's
+// butterfly.
+#define CHAIN_W4 (GPU_RVQ_MAX_LATENT / 128)
+static __device__ __forceinline__ void chain_row(const struct op_rvq_chain &c, int j, float4 (&w)[CHAIN_W4]) {
+    const int dim = c.first.dim, D4 = c.D / 4, lane = threadIdx.x % 32;
+    const float4 *row = (const float4 *)(j < dim ? c.in_first + (size_t)j * c.D : c.in_rest + (size_t)(j - dim) * c.D);
+#pragma unroll
+    for (int u = 0; u < CHAIN_W4; u++)
+        w[u] = j < 2 * dim && 32 * u + lane < D4 ? row[32 * u + lane] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
 template <int MAXR>
+static __device__ void chain_project(const struct op_rvq_chain &c, float *lat) {
+    const struct op_argmin &a = c.first;
+    const int R = a.R, dim = a.dim, D = c.D, lane = threadIdx.x % 32;
+    const int first = blockIdx.x * CHAIN_WARPS + threadIdx.x / 32, step = gridDim.x * CHAIN_WARPS;
+    float4 w[CHAIN_W4];
+    chain_row(c, first, w);
+    for (int i = threadIdx.x; i < D * R; i += blockDim.x) lat[i] = c.latent[i];
+    __syncthreads();
+    for (int j = first; j < 2 * dim; j += step) {
+        if (j != first) chain_row(c, j, w);
+        float acc[MAXR];
+#pragma unroll
+        for (int s = 0; s < MAXR; s++) acc[s] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < CHAIN_W4; u++) {
+            const int p = 4 * (32 * u + lane);
+            if (p >= D) break;
+#pragma unroll
+            for (int s = 0; s < MAXR; s++)
+                if (s < R) {
+                    acc[s] += w[u].x * lat[p * R + s];
+                    acc[s] += w[u].y * lat[(p + 1) * R + s];
+                    acc[s] += w[u].z * lat[(p + 2) * R + s];
+                    acc[s] += w[u].w * lat[(p + 3) * R + s];
+                }
+        }
+#pragma unroll
+        for (int s = 0; s < MAXR; s++) {
+            if (s >= R) break;
+            const float v = warp_sum_f(acc[s]);
+            if (lane == 0) {
+                if (j < dim) c.sem_query[(size_t)s * dim + j] = v;
+                else a.residual[(size_t)s * dim + j - dim] = v;
+            }
+        }
+    }
+}
+
+static_assert(GPU_RVQ_MAX_DIM <= GPU_RVQ_MAX_LATENT, "rvq_chain_kernel's sem holds the latent, then a query");
+
+template <int MAXR, bool PROJECT>
 static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(const struct op_rvq_chain c) {
     __shared__ float res[MAXR * GPU_RVQ_MAX_DIM];
+    __shared__ float sem[PROJECT ? MAXR * GPU_RVQ_MAX_LATENT : 1];  // the latent, then the semantic query
     __shared__ float wv[CHAIN_WARPS * MAXR];
     __shared__ int wj[CHAIN_WARPS * MAXR], code[MAXR];
     const struct op_argmin &a = c.first;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x, dim = a.dim;
-    for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = a.residual[i];
-    __syncthreads();
     unsigned stage = 0;
+    if (PROJECT) {
+        chain_project<MAXR>(c, sem);
+        grid_arrive(c.barrier);
+        grid_wait(c.barrier, ++stage);
+        for (int i = threadIdx.x; i < R * dim; i += blockDim.x) sem[i] = __ldcg(c.sem_query + i);
+        for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = __ldcg(a.residual + i);
+    } else {
+        for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = a.residual[i];
+    }
+    __syncthreads();
     for (int k = 0; k < c.levels; k++) {
         const float *book = a.book + (size_t)k * a.bins * dim, *norms = a.norms + (size_t)k * a.bins;
         // this block's candidates, in the half of `part` of this level's parity
         float *part_v = c.part + (size_t)(k & 1) * 2 * G * R;
         int *part_j = (int *)part_v + (size_t)G * R;
         score_bins<MAXR>(book, norms, a.bins, dim, res, R, blockIdx.x + warp * G, CHAIN_WARPS * G, wv, wj, part_v, part_j);
+        // the semantic level with the first acoustic one, its candidates in part's last third
+        float *sem_v = c.part + (size_t)4 * G * R;
+        int *sem_j = (int *)sem_v + (size_t)G * R;
+        if (PROJECT && k == 0) {
+            __syncthreads();  // wv, wj
+            const struct op_argmin &s0 = c.semantic;
+            score_bins<MAXR>(s0.book, s0.norms, s0.bins, dim, sem, R, blockIdx.x + warp * G, CHAIN_WARPS * G, wv, wj,
+                             sem_v, sem_j);
+        }
         grid_arrive(c.barrier);
         if (k + 1 < c.levels)  // the next level's bins of this warp toward L2
             for (int j = blockIdx.x + warp * G; j < a.bins; j += CHAIN_WARPS * G)
                 prefetch_l2(book + (size_t)(a.bins + j) * dim, sizeof(float) * dim, lane, 32);
         grid_wait(c.barrier, ++stage);
+        if (PROJECT && k == 0 && blockIdx.x == 0)
+            for (int s = warp; s < R; s += CHAIN_WARPS) {
+                const int cs = pick_code(sem_v, sem_j, G, R, s, c.semantic.bins);
+                if (lane == 0) c.semantic.codes[(size_t)s * c.semantic.code_stride] = cs;
+            }
         for (int s = warp; s < R; s += CHAIN_WARPS) {
             const int cs = pick_code(part_v, part_j, G, R, s, a.bins);
             if (lane == 0) {
@@ -220,13 +305,21 @@ extern "C" int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec
     int blocks = device_sms();
     if (blocks > GPU_RVQ_CHAIN_MAX_BLOCKS) blocks = GPU_RVQ_CHAIN_MAX_BLOCKS;
     if (!blocks) return launch_status(ex, "rvq chain (device)");
-    if (a->R > GPU_SKINNY_MAX || a->dim > GPU_RVQ_MAX_DIM || !a->residual || c->levels < 1) {
-        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "rvq chain: %d rows of %d do not fit", a->R, a->dim);
+    if (a->R > GPU_SKINNY_MAX || a->dim > GPU_RVQ_MAX_DIM || !a->residual || c->levels < 1 ||
+        (c->latent && (a->R > GPU_RVQ_PROJECT_ROWS || c->D > GPU_RVQ_MAX_LATENT || c->D % 4 ||
+                      c->semantic.bins != a->bins))) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen, "rvq chain: %d rows of %d (latent %d) do not fit", a->R, a->dim, c->D);
         return MIMI_EINVAL;
     }
-    if (a->R == 1) return grid_launch(rvq_chain_kernel<1>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
-    if (a->R <= 4) return grid_launch(rvq_chain_kernel<4>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
-    return grid_launch(rvq_chain_kernel<GPU_SKINNY_MAX>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+    static_assert(GPU_RVQ_PROJECT_ROWS == 4, "the projecting forms are instantiated for 1 and 4 rows");
+    if (c->latent) {
+        if (a->R == 1) return grid_launch(rvq_chain_kernel<1, true>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+        return grid_launch(rvq_chain_kernel<4, true>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+    }
+    if (a->R == 1) return grid_launch(rvq_chain_kernel<1, false>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+    if (a->R <= 4) return grid_launch(rvq_chain_kernel<4, false>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
+    return grid_launch(rvq_chain_kernel<GPU_SKINNY_MAX, false>, blocks, CHAIN_THREADS, 0, *c, ex, "rvq chain");
 }
 
 // ---- decode lookup ----
@@ -249,8 +342,8 @@ static __global__ void gather_kernel(const struct op_gather a) {
             e = a.books[(size_t)c[0] * a.dim + i];
             for (int q = 1; q < a.n_cb; q++) s = __fadd_rn(s, a.books[((size_t)q * a.bins + c[q]) * a.dim + i]);
         }
-        a.e0[(size_t)r * a.dim + i] = e;
-        a.sum[(size_t)r * a.dim + i] = s;
+        a.e0[(size_t)r * a.ld + i] = e;
+        a.sum[(size_t)r * a.ld + i] = s;
     }
 }
 
