@@ -71,7 +71,7 @@ static void host_copies(struct mimi_cpu *cpu) {
             const double t0 = bench_now();
             if (k == 0) memcpy(dst, src, bytes);
             else if (k == 1) mimi_host_copy(&m, dst, src, bytes);
-            else if (mimi_batch_copy_finite(&b, dst, src, n, "sample")) return;
+            else if (mimi_batch_copy_finite(&b, dst, src, n, 0, "sample")) return;
             const double t = bench_now() - t0;
             if (t < best[k]) best[k] = t;
         }

@@ -379,15 +379,16 @@ void mimi_host_copy(const struct mimi_model *m, void *dst, const void *src, size
     host_copy(m, dst, src, bytes, 0);
 }
 
-int mimi_batch_copy_finite(struct mimi_batch *b, float *dst, const float *x, size_t n, const char *what) {
+int mimi_batch_copy_finite(struct mimi_batch *b, float *dst, const float *x, size_t n, size_t first,
+                           const char *what) {
     const size_t i = host_copy(b->model, dst, x, n, 1);
     if (i == n) return MIMI_OK;
-    mimi_batch_error(b, "%s value %zu is NaN or infinite", what, i);
+    mimi_batch_error(b, "%s value %zu is NaN or infinite", what, first + i);
     return MIMI_EINVAL;
 }
 
 int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what) {
-    return mimi_batch_copy_finite(b, NULL, x, n, what);
+    return mimi_batch_copy_finite(b, NULL, x, n, 0, what);
 }
 
 // Checks a step's slot list: 0 <= n <= capacity, every slot open and listed once.

@@ -73,8 +73,10 @@ int mimi_batch_check_codebooks(const struct mimi_model *model, int n_codebooks);
 // Checks that every value is finite; records the first bad one.
 int mimi_batch_check_finite(struct mimi_batch *b, const float *x, size_t n, const char *what);
 // The same check in one pass with a copy of x to dst (a device batch's pinned stage); a large
-// one is split over the model's threads (n_threads). Returns MIMI_OK or MIMI_EINVAL.
-int mimi_batch_copy_finite(struct mimi_batch *b, float *dst, const float *x, size_t n, const char *what);
+// one is split over the model's threads (n_threads). x[0] is value `first` of the input (for the
+// message). Returns MIMI_OK or MIMI_EINVAL.
+int mimi_batch_copy_finite(struct mimi_batch *b, float *dst, const float *x, size_t n, size_t first,
+                           const char *what);
 // memcpy, split over the model's threads when large: the host's share of a device step.
 void mimi_host_copy(const struct mimi_model *m, void *dst, const void *src, size_t bytes);
 

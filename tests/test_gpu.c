@@ -1818,6 +1818,61 @@ static void test_bad_pcm(void) {
     mimi_batch_destroy(dec);
 }
 
+// ---- large steps' copies in pieces ----
+
+// A step's PCM of more than 8 MB is checked, copied and sent in pieces, and its output copied
+// back in pieces (cuda_step.cu): the same codes and PCM as the same step from the batches' own
+// rows (one copy each way), and a NaN in a later piece is named by its place in the whole input,
+// the step refused with the pieces before it already sent.
+#define PIECES_N 2400  // 18 MB of PCM each way: 4 pieces (FAST_INT8_KV: 2.2 MB of state a slot)
+static void test_copy_pieces(void) {
+    struct mimi_batch *enc, *dec;
+    if (batch_pair(gpu_int8kv, PIECES_N, PIECES_N, &enc, &dec)) return;
+    float *in = malloc(sizeof(float) * PIECES_N * FRAME), *pcm = malloc(sizeof(float) * PIECES_N * FRAME);
+    int32_t *codes = malloc(sizeof(int32_t) * PIECES_N * N_Q), *again = malloc(sizeof(int32_t) * PIECES_N * N_Q);
+    static int list[PIECES_N];
+    CHECK(in && pcm && codes && again);
+    if (!in || !pcm || !codes || !again) goto out;
+    for (int s = 0; s < PIECES_N; s++) {
+        list[s] = s;
+        memcpy(in + (size_t)s * FRAME, clip + (size_t)(s % 24) * FRAME, sizeof(float) * FRAME);
+    }
+    const size_t bad = (size_t)(PIECES_N - 3) * FRAME + 7;  // in the last piece
+    in[bad] = NAN;
+    CHECK_EQ(mimi_batch_encode(enc, PIECES_N, list, in, codes), MIMI_EINVAL);
+    char want[64];
+    snprintf(want, sizeof want, "sample value %zu is NaN or infinite", bad);
+    CHECK(strstr(mimi_batch_errmsg(enc), want) != NULL);
+    CHECK_EQ(mimi_batch_collect(enc, codes), MIMI_ESTATE);
+    in[bad] = clip[(size_t)((PIECES_N - 3) % 24) * FRAME + 7];
+    CHECK_EQ(mimi_batch_encode(enc, PIECES_N, list, in, codes), MIMI_OK);
+    CHECK_EQ(mimi_batch_decode(dec, PIECES_N, list, codes, pcm), MIMI_OK);
+    // the same first step from the batches' own rows
+    for (int s = 0; s < PIECES_N; s++) {
+        CHECK_EQ(mimi_batch_reset(enc, s), MIMI_OK);
+        CHECK_EQ(mimi_batch_reset(dec, s), MIMI_OK);
+    }
+    float *rows = mimi_batch_input_rows(enc);
+    CHECK(rows != NULL);
+    if (!rows) goto out;
+    memcpy(rows, in, sizeof(float) * PIECES_N * FRAME);
+    CHECK_EQ(mimi_batch_encode(enc, PIECES_N, list, rows, again), MIMI_OK);
+    CHECK(memcmp(codes, again, sizeof(int32_t) * PIECES_N * N_Q) == 0);
+    CHECK_EQ(mimi_batch_submit_decode(dec, PIECES_N, list, again), MIMI_OK);
+    CHECK_EQ(mimi_batch_collect(dec, NULL), MIMI_OK);
+    const float *out_rows = mimi_batch_output_rows(dec);
+    CHECK(out_rows && memcmp(out_rows, pcm, sizeof(float) * PIECES_N * FRAME) == 0);
+    printf("  %d slots, PCM copied in pieces vs in place: codes and pcm %s\n", PIECES_N,
+           out_rows && !memcmp(codes, again, sizeof(int32_t) * PIECES_N * N_Q) &&
+                   !memcmp(out_rows, pcm, sizeof(float) * PIECES_N * FRAME)
+               ? "equal"
+               : "DIFFER");
+out:
+    free(in), free(pcm), free(codes), free(again);
+    mimi_batch_destroy(enc);
+    mimi_batch_destroy(dec);
+}
+
 // ---- asynchronous steps ----
 
 static void test_async(void) {
@@ -1968,6 +2023,7 @@ int main(int argc, char **argv) {
     test_offline_kept();
     test_offline_threads();
     test_bad_pcm();
+    test_copy_pieces();
     test_async();
     check_rows_in_place(gpu, clip, FRAME);
     test_profile();

@@ -595,16 +595,20 @@ static void test_host_copies(void) {
         wrong += memcmp(d, src, sizeof(float) * n - 3) != 0 || d[sizeof(float) * n - 3] != 0;
     }
     memset(dst, 0, sizeof(float) * n);
-    CHECK_EQ(mimi_batch_copy_finite(&b, dst, src, n, "sample"), MIMI_OK);
+    CHECK_EQ(mimi_batch_copy_finite(&b, dst, src, n, 0, "sample"), MIMI_OK);
     wrong += memcmp(dst, src, sizeof(float) * n) != 0;
     const size_t bad[3] = {n / 2, n / 2 + 1, n - 1};  // at the threads' meeting point, after it, last
     for (int k = 0; k < 3; k++) {
         float keep = src[bad[k]], keep2 = src[n - 2];
         src[bad[k]] = k == 1 ? INFINITY : NAN;
         if (bad[k] < n - 2) src[n - 2] = NAN;
-        CHECK_EQ(mimi_batch_copy_finite(&b, dst, src, n, "sample"), MIMI_EINVAL);
+        CHECK_EQ(mimi_batch_copy_finite(&b, dst, src, n, 0, "sample"), MIMI_EINVAL);
         char want[64];
         snprintf(want, sizeof want, "sample value %zu is", bad[k]);
+        CHECK(strstr(b.errmsg, want) != NULL);
+        // a piece of a larger input names the value by its place in the whole input
+        CHECK_EQ(mimi_batch_copy_finite(&b, dst, src, n, 1000, "sample"), MIMI_EINVAL);
+        snprintf(want, sizeof want, "sample value %zu is", bad[k] + 1000);
         CHECK(strstr(b.errmsg, want) != NULL);
         src[bad[k]] = keep, src[n - 2] = keep2;
     }

@@ -81,6 +81,7 @@ static int setup_device(struct mimi_batch *b, int precision) {
     CK(cudaEventCreateWithFlags(&gb->done, cudaEventDisableTiming), "event");
     CK(cudaEventCreateWithFlags(&gb->ready, cudaEventDisableTiming), "event");
     CK(cudaEventCreateWithFlags(&gb->staged, cudaEventDisableTiming), "event");
+    for (int k = 0; k < GPU_COPY_PIECES; k++) CK(cudaEventCreateWithFlags(&gb->piece[k], cudaEventDisableTiming), "event");
     if (cublasCreate(&gb->cublas) != CUBLAS_STATUS_SUCCESS || cublasLtCreate(&gb->cublaslt) != CUBLAS_STATUS_SUCCESS) {
         mimi_batch_error(b, "cuda: cublasCreate failed");
         return MIMI_EDEVICE;
@@ -246,6 +247,8 @@ static void batch_free(struct mimi_batch *b) {
     if (gb->done) cudaEventDestroy(gb->done);
     if (gb->ready) cudaEventDestroy(gb->ready);
     if (gb->staged) cudaEventDestroy(gb->staged);
+    for (int k = 0; k < GPU_COPY_PIECES; k++)
+        if (gb->piece[k]) cudaEventDestroy(gb->piece[k]);
     if (gb->stream) cudaStreamDestroy(gb->stream);
     cudaGetLastError();
     free(gb->tap_buf);

@@ -18,6 +18,9 @@ extern "C" {
 #define MAX_BUCKETS 20
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
+#define GPU_COPY_PIECES 8
+#define GPU_COPY_PIECE_MIN ((size_t)4 << 20)
+
 struct mimi_cuda_batch {
     int device, n_buckets;
     struct gpu_layout L;
@@ -32,8 +35,9 @@ struct mimi_cuda_batch {
     cublasHandle_t cublas;
     cublasLtHandle_t cublaslt;
     cudaEvent_t done, ready, staged;  // staged: the submitted step's inputs left the pinned stage
+    cudaEvent_t piece[GPU_COPY_PIECES];  // the pieces of the output copy (cuda_step.cu)
     struct gpu_exec ex;
-    int poisoned, pending, pending_n, pending_bucket;
+    int poisoned, pending, pending_n, pending_bucket, pending_pieces;
     int tap_frames;  // the taps hand over the first tap_frames of the L.frames frames of a row
 };
 

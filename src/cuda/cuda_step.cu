@@ -22,7 +22,9 @@ static int bucket_of(const struct mimi_cuda_batch *gb, int n) {
 // (mimi_cuda_input_rows: after the row list of `capacity` rows, so that they do not move with
 // the bucket); PCM or latents with a NaN or infinity are refused here (MIMI_EINVAL), before
 // anything is queued. Input already in the input rows is taken as it is (checked by the caller).
-static int stage(struct mimi_batch *b, int n, const int *slots, const void *input, int *bucket) {
+// With `pieces` (PCM or latents to copy) the rows are left for queue_input_pieces, which
+// copies them while the device takes the ones before: *pieces says whether it must.
+static int stage(struct mimi_batch *b, int n, const int *slots, const void *input, int *bucket, int *pieces) {
     struct mimi_cuda_batch *gb = b->gpu;
     if (gb->poisoned) return MIMI_ESTATE;
     if (gb->pending) {
@@ -44,8 +46,10 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
             // written there by the caller, who checked it
         } else if (!floats) {
             memcpy(in, input, row * n);
+        } else if (pieces) {
+            *pieces = 1;
         } else {
-            int rc = mimi_batch_copy_finite(b, (float *)in, (const float *)input, count, encode ? "sample" : "latent");
+            int rc = mimi_batch_copy_finite(b, (float *)in, (const float *)input, count, 0, encode ? "sample" : "latent");
             if (rc) return rc;
         }
     }
@@ -54,13 +58,29 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
     return MIMI_OK;
 }
 
-// Queues the output copy (and the decode error flag) behind the step.
+// Large inputs and outputs move in up to GPU_COPY_PIECES pieces of at least GPU_COPY_PIECE_MIN
+// bytes, so that the host copies one piece while the device's copy engine moves another (at
+// 10,240 streams a step's PCM is 79 MB each way).
+static int copy_pieces(size_t bytes) {
+    const size_t k = bytes / GPU_COPY_PIECE_MIN;
+    return k < 2 ? 1 : k < GPU_COPY_PIECES ? (int)k : GPU_COPY_PIECES;
+}
+
+// Queues the output copy (and the decode error flag) behind the step, in pieces, each followed
+// by its event for mimi_cuda_collect.
 static int queue_output(struct mimi_batch *b, int i, int n) {
     struct mimi_cuda_batch *gb = b->gpu;
     const struct gpu_plan *p = &gb->plans[i];
     unsigned char *out = gb->host + gb->host_stage_bytes;
-    CK(cudaMemcpyAsync(out, p->output, sizeof(float) * gb->L.out_per_row * n, cudaMemcpyDeviceToHost, gb->stream),
-       "output copy");
+    const size_t row = sizeof(float) * gb->L.out_per_row;
+    const int pieces = copy_pieces(row * n);
+    for (int k = 0; k < pieces; k++) {
+        const size_t r0 = (size_t)n * k / pieces, r1 = (size_t)n * (k + 1) / pieces;
+        CK(cudaMemcpyAsync(out + row * r0, (const char *)p->output + row * r0, row * (r1 - r0), cudaMemcpyDeviceToHost,
+                           gb->stream), "output copy");
+        CK(cudaEventRecord(gb->piece[k], gb->stream), "event");
+    }
+    gb->pending_pieces = pieces;
     CK(cudaMemcpyAsync(out + gb->host_out_bytes, p->stage + p->R, sizeof(int32_t), cudaMemcpyDeviceToHost, gb->stream),
        "flag copy");
     CK(cudaEventRecord(gb->done, gb->stream), "event");
@@ -71,23 +91,41 @@ static int queue_output(struct mimi_batch *b, int i, int n) {
 }
 
 // Queues the copy of the staged step to the device: the row list and flag, the n input rows,
-// zeros for the bucket's padding rows.
-static int queue_input(struct mimi_batch *b, const struct gpu_plan *p, int n) {
+// zeros for the bucket's padding rows. With `input` (stage's *pieces) the rows are first checked
+// and copied into the stage piece by piece, each piece's copy to the device queued before the
+// host takes the next; a NaN or infinity in a piece returns MIMI_EINVAL once the pieces queued
+// before it have left the stage (they only wrote the input rows' scratch: nothing runs on them).
+static int queue_input(struct mimi_batch *b, const struct gpu_plan *p, int n, const float *input) {
     struct mimi_cuda_batch *gb = b->gpu;
     const size_t row = sizeof(float) * gb->L.in_per_row;
     CK(cudaMemcpyAsync(p->stage, gb->host, sizeof(float) * gpu_stage_input_offset(p->R), cudaMemcpyHostToDevice,
                        gb->stream), "slot list copy");
-    CK(cudaMemcpyAsync(p->input, mimi_cuda_input_rows(b), row * n, cudaMemcpyHostToDevice, gb->stream), "input copy");
+    unsigned char *in = (unsigned char *)mimi_cuda_input_rows(b);
+    const int pieces = input ? copy_pieces(row * n) : 1;
+    for (int k = 0; k < pieces; k++) {
+        const size_t r0 = (size_t)n * k / pieces, r1 = (size_t)n * (k + 1) / pieces, per = gb->L.in_per_row;
+        if (input) {
+            const int encode = gb->L.direction == MIMI_DIRECTION_ENCODE;
+            int rc = mimi_batch_copy_finite(b, (float *)(in + row * r0), input + per * r0, per * (r1 - r0), per * r0,
+                                            encode ? "sample" : "latent");
+            if (rc) {
+                CK(cudaStreamSynchronize(gb->stream), "input copy");
+                return rc;
+            }
+        }
+        CK(cudaMemcpyAsync((char *)p->input + row * r0, in + row * r0, row * (r1 - r0), cudaMemcpyHostToDevice,
+                           gb->stream), "input copy");
+    }
     if (n < p->R) CK(cudaMemsetAsync((char *)p->input + row * n, 0, row * (p->R - n), gb->stream), "padding rows");
     return MIMI_OK;
 }
 
 extern "C" int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, const void *input) {
     struct mimi_cuda_batch *gb = b->gpu;
-    int i, rc = stage(b, n, slots, input, &i);
+    int i, pieces = 0, rc = stage(b, n, slots, input, &i, &pieces);
     if (rc) return rc;
     const struct gpu_plan *p = &gb->plans[i];
-    rc = queue_input(b, p, n);
+    rc = queue_input(b, p, n, pieces ? (const float *)input : NULL);
     if (rc) return rc;
     CK(cudaEventRecord(gb->staged, gb->stream), "event");
     CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
@@ -97,7 +135,7 @@ extern "C" int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, c
 extern "C" int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots, const int32_t *codes,
                                              int64_t offset, int64_t stride, void *wait_stream) {
     struct mimi_cuda_batch *gb = b->gpu;
-    int i, rc = stage(b, n, slots, NULL, &i);
+    int i, rc = stage(b, n, slots, NULL, &i, NULL);
     if (rc) return rc;
     const struct gpu_plan *p = &gb->plans[i];
     // the slot list and the cleared error flag from the host, the codes from device memory
@@ -136,9 +174,17 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
     }
     gb->pending = 0;
     CK(cudaSetDevice(gb->device), "set device");
-    CK(cudaEventSynchronize(gb->done), "step");
     const unsigned char *out = gb->host + gb->host_stage_bytes;
-    if (output && output != out) mimi_host_copy(b->model, output, out, sizeof(float) * gb->L.out_per_row * gb->pending_n);
+    if (output && output != out) {  // each piece as soon as it has arrived
+        const size_t row = sizeof(float) * gb->L.out_per_row;
+        const int n = gb->pending_n, pieces = gb->pending_pieces;
+        for (int k = 0; k < pieces; k++) {
+            const size_t r0 = (size_t)n * k / pieces, r1 = (size_t)n * (k + 1) / pieces;
+            CK(cudaEventSynchronize(gb->piece[k]), "step");
+            mimi_host_copy(b->model, (char *)output + row * r0, out + row * r0, row * (r1 - r0));
+        }
+    }
+    CK(cudaEventSynchronize(gb->done), "step");
     if (b->tap) {
         int rc = run_taps(b, gb->pending_bucket, gb->pending_n);
         if (rc) return rc;
@@ -183,7 +229,7 @@ extern "C" void *mimi_cuda_stream(const struct mimi_batch *b) { return b->gpu ? 
 extern "C" int mimi_cuda_profile(struct mimi_batch *b, int n, const int *slots, const void *input, void *output,
                                  mimi_profile_fn fn, void *user) {
     struct mimi_cuda_batch *gb = b->gpu;
-    int i, rc = stage(b, n, slots, input, &i);
+    int i, rc = stage(b, n, slots, input, &i, NULL);
     if (rc) return rc;
     const struct gpu_plan *p = &gb->plans[i];
     cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)p->n_ops + 1, sizeof *ev);
@@ -191,7 +237,7 @@ extern "C" int mimi_cuda_profile(struct mimi_batch *b, int n, const int *slots, 
     int made = 0;
     cudaError_t e = cudaSuccess;
     while (made <= p->n_ops && (e = cudaEventCreate(&ev[made])) == cudaSuccess) made++;
-    if (e == cudaSuccess) rc = queue_input(b, p, n);  // (its failure is recorded)
+    if (e == cudaSuccess) rc = queue_input(b, p, n, NULL);  // (its failure is recorded)
     if (e == cudaSuccess) e = cudaEventRecord(ev[0], gb->stream);
     for (int k = 0; e == cudaSuccess && rc == MIMI_OK && k < p->n_ops; k++) {
         rc = mimi_cuda_run_op(&p->ops[k], &gb->ex);
