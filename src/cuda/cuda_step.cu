@@ -22,8 +22,8 @@ static int bucket_of(const struct mimi_cuda_batch *gb, int n) {
 // (mimi_cuda_input_rows: after the row list of `capacity` rows, so that they do not move with
 // the bucket); PCM or latents with a NaN or infinity are refused here (MIMI_EINVAL), before
 // anything is queued. Input already in the input rows is taken as it is (checked by the caller).
-// With `pieces` (PCM or latents to copy) the rows are left for queue_input_pieces, which
-// copies them while the device takes the ones before: *pieces says whether it must.
+// With `pieces` set, PCM or latents to copy are left for queue_input, which checks and copies
+// them piece by piece while the copy engine sends the ones before (*pieces = 1 then).
 static int stage(struct mimi_batch *b, int n, const int *slots, const void *input, int *bucket, int *pieces) {
     struct mimi_cuda_batch *gb = b->gpu;
     if (gb->poisoned) return MIMI_ESTATE;
