@@ -16,6 +16,8 @@
  *        mimi-bench-gpu [--model PATH] [--modes ...] --offline [--files N] [--trim]
  *                                            (only the whole-signal figures; --files: only N files of 60 s;
  *                                            --trim: mimi_model_trim after every call)
+ *        mimi-bench-gpu [--model PATH] [--modes ...] [--threads N] --at B
+ *                                            (only the capacity table's row for B streams)
  *        mimi-bench-gpu [--model PATH] [--modes ...] --fidelity
  *                                            (only the fast modes' fidelity against strict, at 64
  *                                            and 2048 streams)
@@ -549,6 +551,21 @@ static int parse_modes(const char *list) {
     return bits;
 }
 
+// The capacity table's header, and its row for one run of B streams.
+static void table_header(void) {
+    printf("  %6s %10s %10s %12s %10s %10s %9s %7s %11s %8s %12s %13s %9s\n", "B", "enc ms", "dec ms", "step p99 ms",
+           "enc x RT", "dec x RT", "TFLOP/s", "% peak", "enc submit", "memcpy", "overlap p99", "in place p99",
+           "both p99");
+}
+
+static void table_row(int B, const struct batch_run *r, double peak) {
+    const double ex = B * FRAME_S * 1e3 / r->enc_med, dx = B * FRAME_S * 1e3 / r->dec_med;
+    const double tflops = B * FLOP_PER_FRAME / (1e-3 * (r->enc_med + r->dec_med)) * 1e-12;
+    printf("  %6d %10.2f %10.2f %12.2f %10.0f %10.0f %9.1f %7.0f %11.2f %8.2f %12.2f %13.2f %9.2f%s\n", B, r->enc_med,
+           r->dec_med, r->step_p99, ex, dx, tflops, 100 * tflops / peak, r->enc_submit, r->host_copy, r->ovl_p99,
+           r->rows_p99, r->both_p99, r->step_p99 < 80.0 ? "" : "  (over 80 ms)");
+}
+
 static void run_mode(struct mimi_model *m, int precision, int quick, int max_streams) {
     const char *mode = MODE_NAMES[precision];
     const double peak = MODE_PEAKS[precision];
@@ -572,9 +589,7 @@ static void run_mode(struct mimi_model *m, int precision, int quick, int max_str
            "   decode with the input written in the batches' own rows and collected there, no library copy of the PCM;\n"
            "   both p99: in place and submitted together)\n");
     printf("  (TFLOP/s: of encode + decode; %% peak: of the %.0f TFLOP/s %s peak)\n", peak, PEAK_NAMES[precision]);
-    printf("  %6s %10s %10s %12s %10s %10s %9s %7s %11s %8s %12s %13s %9s\n", "B", "enc ms", "dec ms", "step p99 ms",
-           "enc x RT", "dec x RT", "TFLOP/s", "% peak", "enc submit", "memcpy", "overlap p99", "in place p99",
-           "both p99");
+    table_header();
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && sizes[i] <= max_streams; i++) {
         int B = sizes[i];
         struct batch_run r = many_streams(m, B, quick ? 8 : 20);
@@ -582,11 +597,8 @@ static void run_mode(struct mimi_model *m, int precision, int quick, int max_str
             printf("  %6d (batch could not be created or run: out of device memory?)\n", B);
             break;
         }
-        double ex = B * FRAME_S * 1e3 / r.enc_med, dx = B * FRAME_S * 1e3 / r.dec_med;
-        const double tflops = B * FLOP_PER_FRAME / (1e-3 * (r.enc_med + r.dec_med)) * 1e-12;
-        printf("  %6d %10.2f %10.2f %12.2f %10.0f %10.0f %9.1f %7.0f %11.2f %8.2f %12.2f %13.2f %9.2f%s\n", B,
-               r.enc_med, r.dec_med, r.step_p99, ex, dx, tflops, 100 * tflops / peak, r.enc_submit, r.host_copy,
-               r.ovl_p99, r.rows_p99, r.both_p99, r.step_p99 < 80.0 ? "" : "  (over 80 ms)");
+        const double ex = B * FRAME_S * 1e3 / r.enc_med, dx = B * FRAME_S * 1e3 / r.dec_med;
+        table_row(B, &r, peak);
         if (ex > best_enc_x) best_enc_x = ex;
         if (dx > best_dec_x) best_dec_x = dx;
         const double p99[4] = {r.step_p99, r.ovl_p99, r.rows_p99, r.both_p99};
@@ -636,6 +648,7 @@ static void run_mode(struct mimi_model *m, int precision, int quick, int max_str
 int main(int argc, char **argv) {
     const char *path = NULL;
     int quick = 0, max_streams = 1 << 20, profile_only = 0, offline_only = 0, offline_files = 0, fidelity_only = 0;
+    int at = 0;  // --at B: only the capacity table's row for B streams
     int modes = 15;  // bit i: enum mimi_precision i
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
@@ -650,6 +663,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--files") && i + 1 < argc) offline_files = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trim")) trim_each = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) host_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--at") && i + 1 < argc) at = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
             modes = parse_modes(argv[++i]);
             if (modes <= 0) {
@@ -665,7 +679,7 @@ int main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "usage: %s [--model PATH] [--quick] [--max-streams N] [--modes strict,fast,bf16kv,bf16,int8kv] [--threads N] "
-                            "[--profile B [--frames F] [--warm N] [--ops]] [--offline [--files N] [--trim]] [--fidelity] | --write-model PATH\n", argv[0]);
+                            "[--profile B [--frames F] [--warm N] [--ops]] [--offline [--files N] [--trim]] [--fidelity] [--at B] | --write-model PATH\n", argv[0]);
             return 2;
         }
     }
@@ -694,6 +708,12 @@ int main(int argc, char **argv) {
         if (profile_only > 0) {
             printf("\n== %s ==\n", MODE_NAMES[i]);
             profile(models[i], profile_only);
+        } else if (at > 0) {
+            printf("\n== %s ==\n", MODE_NAMES[i]);
+            table_header();
+            const struct batch_run r = many_streams(models[i], at, 8);
+            if (r.ok) table_row(at, &r, MODE_PEAKS[i]);
+            else printf("  %6d (batch could not be created or run: out of device memory?)\n", at);
         } else if (offline_only) {
             printf("\n== %s ==\n", MODE_NAMES[i]);
             const double target = i == MIMI_PRECISION_STRICT ? TARGET_OFFLINE_STRICT : TARGET_OFFLINE_FAST;
@@ -712,7 +732,7 @@ int main(int argc, char **argv) {
             fidelity(models[MIMI_PRECISION_STRICT], models[i], MODE_NAMES[i], FID_WIDE, quick ? 8 : 20);
         }
     }
-    for (int i = 0; i < N_MODES && !profile_only && !offline_only && !fidelity_only; i++)
+    for (int i = 0; i < N_MODES && !profile_only && !offline_only && !fidelity_only && !at; i++)
         if (modes & (1 << i)) run_mode(models[i], i, quick, max_streams);
     for (int i = 0; i < N_MODES; i++) mimi_model_destroy(models[i]);
     return 0;
