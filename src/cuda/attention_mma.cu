@@ -219,13 +219,28 @@ static __global__ void __launch_bounds__(AM_THREADS) attention_mma_kernel(const 
 #define AS_WARP_BYTES (sizeof(__nv_bfloat16) * 4 * AS_WARP_TILE + sizeof(int32_t) * 2 * AS_TK)
 static size_t as_smem(int n_heads) { return AS_WARP_BYTES * (size_t)n_heads; }
 
-// A short step's warp for row r and head h (its slot, its output at out) before its walk: a
-// padding row's zeros (false), else the head's new keys rotated and stored (only this warp reads
-// them).
-static __device__ __forceinline__ bool short_head_begin(const struct op_attention &a, int r, int h, int slot, float *out) {
+// What a short step's warp for row r and head h walks its ring with.
+struct short_head {
+    int slot;
+    float *out;                // its rows of the output: steps of d floats, head h's columns
+    int32_t pos0;              // the step's first position
+    const int32_t *positions;  // the slot's position ring
+    // the slot's ring of keys or values, head h's columns
+    template <typename T>
+    __device__ const T *ring(void *base, const struct op_attention &a, int h) const {
+        return slot_ring<T>(base, a.slot_stride, slot) + (size_t)h * AM_HD;
+    }
+};
+
+// The warp's start, once the predecessor is done (pdl_begin): a padding row's zeros (false),
+// else the head's new keys rotated and stored (only this warp reads them) and s filled.
+static __device__ __forceinline__ bool short_head_begin(const struct op_attention &a, int r, int h, struct short_head &s) {
     const int lane = threadIdx.x & 31;
-    if (slot < 0) {
-        for (int i = lane; i < a.steps * AM_HD; i += 32) out[(size_t)(i / AM_HD) * a.d + i % AM_HD] = 0.0f;
+    pdl_begin();
+    s.slot = a.row_slot[r];
+    s.out = a.out + (size_t)r * a.steps * a.d + (size_t)h * AM_HD;
+    if (s.slot < 0) {
+        for (int i = lane; i < a.steps * AM_HD; i += 32) s.out[(size_t)(i / AM_HD) * a.d + i % AM_HD] = 0.0f;
         return false;
     }
     if (a.rope) {
@@ -234,6 +249,9 @@ static __device__ __forceinline__ bool short_head_begin(const struct op_attentio
         __threadfence_block();
         __syncwarp();
     }
+    const size_t base = (size_t)s.slot * a.slot_stride;
+    s.pos0 = a.next_pos[base];
+    s.positions = a.positions + base;
     return true;
 }
 
@@ -244,14 +262,9 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     const int r = blockIdx.x, tid = threadIdx.x, h = tid >> 5, lane = tid & 31, g = lane >> 2;
     __nv_bfloat16 *kv = (__nv_bfloat16 *)((unsigned char *)as_smem16 + AS_WARP_BYTES * h);  // buffer b: keys at 2b, values at 2b + 1
     int32_t *kpos = (int32_t *)(kv + 4 * AS_WARP_TILE);  // buffer b: AS_TK positions at b * AS_TK (-1: none)
-    pdl_begin();
-    const int slot = a.row_slot[r];
-    float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
-    if (!short_head_begin(a, r, h, slot, out)) return;
-    const size_t base = (size_t)slot * a.slot_stride;
-    const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
-    const __nv_bfloat16 *keys = slot_ring<__nv_bfloat16>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
-    const __nv_bfloat16 *values = slot_ring<__nv_bfloat16>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
+    struct short_head sh;
+    if (!short_head_begin(a, r, h, sh)) return;
+    const __nv_bfloat16 *keys = sh.ring<__nv_bfloat16>(a.keys, a, h), *values = sh.ring<__nv_bfloat16>(a.values, a, h);
     // entries e0 .. e0 + AS_TK - 1 into buffer b (past the ring: the last entry again, masked)
     auto load = [&](int e0, int b) {
         __nv_bfloat16 *ks = kv + 2 * b * AS_WARP_TILE, *vs = ks + AS_WARP_TILE;
@@ -263,12 +276,12 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
             cp_async16(vs + j * AM_LD + c, values + at);
         }
         asm volatile("cp.async.commit_group;");
-        if (lane < AS_TK) kpos[b * AS_TK + lane] = e0 + lane < ring ? positions[e0 + lane] : -1;
+        if (lane < AS_TK) kpos[b * AS_TK + lane] = e0 + lane < ring ? sh.positions[e0 + lane] : -1;
     };
     load(0, 0);
     unsigned qf[4][4];
     q_fragments(a.qkv + ((size_t)r * steps + g) * 3 * d + (size_t)h * AM_HD, d, g < steps, g + 8 < steps, qf);
-    const int32_t qpos[2] = {pos0 + g, pos0 + g + 8};
+    const int32_t qpos[2] = {sh.pos0 + g, sh.pos0 + g + 8};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[8][4] = {};
     for (int e0 = 0, b = 0; e0 < ring; e0 += AS_TK, b ^= 1) {
@@ -283,7 +296,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
         const __nv_bfloat16 *ks = kv + 2 * b * AS_WARP_TILE;
         mma_tile<AS_TK / 8>(qf, ks, ks + AS_WARP_TILE, AM_LD, kpos + b * AS_TK, qpos, a.context, m, l, o);
     }
-    store_rows(l, o, out, d, g, steps);
+    store_rows(l, o, sh.out, d, g, steps);
 }
 
 // ---- short steps over int8 rings ----
@@ -419,15 +432,10 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
     int8_t *staged = (int8_t *)(vt + AS_WARP_TILE);                   // buffer b: keys, then values
     float *scales = (float *)(staged + 2 * 2 * AS8_TILE);  // buffer b: keys' at 2b, values' at 2b + 1
     int32_t *kpos = (int32_t *)(scales + 4 * AS_TK);                  // buffer b: positions at b * AS_TK
-    pdl_begin();
-    const int slot = a.row_slot[r];
-    float *out = a.out + (size_t)r * steps * d + (size_t)h * AM_HD;
-    if (!short_head_begin(a, r, h, slot, out)) return;
-    const size_t base = (size_t)slot * a.slot_stride;
-    const int32_t pos0 = a.next_pos[base], *positions = a.positions + base;
-    const int8_t *keys = slot_ring<int8_t>(a.keys, a.slot_stride, slot) + (size_t)h * AM_HD;
-    const int8_t *values = slot_ring<int8_t>(a.values, a.slot_stride, slot) + (size_t)h * AM_HD;
-    const ring_scales rs = head_scales<int8_t>(a, a.keys, a.values, slot, h);
+    struct short_head sh;
+    if (!short_head_begin(a, r, h, sh)) return;
+    const int8_t *keys = sh.ring<int8_t>(a.keys, a, h), *values = sh.ring<int8_t>(a.values, a, h);
+    const ring_scales rs = head_scales<int8_t>(a, a.keys, a.values, sh.slot, h);
     // entries e0 .. e0 + AS_TK - 1 into buffer b (past the ring: the last entry again, masked):
     // lane copies 16-byte pieces lane and lane + 32 of the keys and of the values
     auto load = [&](int e0, int b) {
@@ -442,7 +450,7 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
         const int j = lane & (AS_TK - 1), e = min(e0 + j, ring - 1);
         cp_async4(scales + (2 * b + (lane >> 4)) * AS_TK + j, (lane >> 4 ? rs.vs : rs.ks) + (size_t)e * rs.n_heads);
         asm volatile("cp.async.commit_group;");
-        if (lane < AS_TK) kpos[b * AS_TK + lane] = e0 + lane < ring ? positions[e0 + lane] : -1;
+        if (lane < AS_TK) kpos[b * AS_TK + lane] = e0 + lane < ring ? sh.positions[e0 + lane] : -1;
     };
     load(0, 0);
     unsigned qi[2][4];
@@ -467,10 +475,10 @@ static __global__ void __launch_bounds__(32 * AS_MAX_HEADS, 3) attention_mma_sho
         }
         __syncwarp();  // tile e0 is staged and widened
         mma_tile_int8<AS_TK / 8>(qi, qs, kb, vt, AM_LD, scales + 2 * b * AS_TK, scales + (2 * b + 1) * AS_TK,
-                                 kpos + b * AS_TK, pos0 + g, a.context, m, l, o);
+                                 kpos + b * AS_TK, sh.pos0 + g, a.context, m, l, o);
     }
     float ls[2] = {l, 0.0f};
-    store_rows(ls, o, out, d, g, steps);
+    store_rows(ls, o, sh.out, d, g, steps);
 }
 
 int attention_mma_short_fits(const struct op_attention *a) {
