@@ -66,6 +66,9 @@ static int copy_pieces(size_t bytes) {
     return k < 2 ? 1 : k < GPU_COPY_PIECES ? (int)k : GPU_COPY_PIECES;
 }
 
+// The first of n rows in piece k of `pieces` (piece k: rows piece_row(k) .. piece_row(k + 1) - 1).
+static size_t piece_row(int n, int k, int pieces) { return (size_t)n * k / pieces; }
+
 // Queues the output copy (and the decode error flag) behind the step, in pieces, each followed
 // by its event for mimi_cuda_collect.
 static int queue_output(struct mimi_batch *b, int i, int n) {
@@ -75,7 +78,7 @@ static int queue_output(struct mimi_batch *b, int i, int n) {
     const size_t row = sizeof(float) * gb->L.out_per_row;
     const int pieces = copy_pieces(row * n);
     for (int k = 0; k < pieces; k++) {
-        const size_t r0 = (size_t)n * k / pieces, r1 = (size_t)n * (k + 1) / pieces;
+        const size_t r0 = piece_row(n, k, pieces), r1 = piece_row(n, k + 1, pieces);
         CK(cudaMemcpyAsync(out + row * r0, (const char *)p->output + row * r0, row * (r1 - r0), cudaMemcpyDeviceToHost,
                            gb->stream), "output copy");
         CK(cudaEventRecord(gb->piece[k], gb->stream), "event");
@@ -102,12 +105,12 @@ static int queue_input(struct mimi_batch *b, const struct gpu_plan *p, int n, co
                        gb->stream), "slot list copy");
     unsigned char *in = (unsigned char *)mimi_cuda_input_rows(b);
     const int pieces = input ? copy_pieces(row * n) : 1;
+    const char *what = gb->L.direction == MIMI_DIRECTION_ENCODE ? "sample" : "latent";
     for (int k = 0; k < pieces; k++) {
-        const size_t r0 = (size_t)n * k / pieces, r1 = (size_t)n * (k + 1) / pieces, per = gb->L.in_per_row;
+        const size_t r0 = piece_row(n, k, pieces), r1 = piece_row(n, k + 1, pieces), per = gb->L.in_per_row;
         if (input) {
-            const int encode = gb->L.direction == MIMI_DIRECTION_ENCODE;
             int rc = mimi_batch_copy_finite(b, (float *)(in + row * r0), input + per * r0, per * (r1 - r0), per * r0,
-                                            encode ? "sample" : "latent");
+                                            what);
             if (rc) {
                 CK(cudaStreamSynchronize(gb->stream), "input copy");
                 return rc;
@@ -179,7 +182,7 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
         const size_t row = sizeof(float) * gb->L.out_per_row;
         const int n = gb->pending_n, pieces = gb->pending_pieces;
         for (int k = 0; k < pieces; k++) {
-            const size_t r0 = (size_t)n * k / pieces, r1 = (size_t)n * (k + 1) / pieces;
+            const size_t r0 = piece_row(n, k, pieces), r1 = piece_row(n, k + 1, pieces);
             CK(cudaEventSynchronize(gb->piece[k]), "step");
             mimi_host_copy(b->model, (char *)output + row * r0, out + row * r0, row * (r1 - r0));
         }
