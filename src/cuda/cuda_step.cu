@@ -69,9 +69,11 @@ static int copy_pieces(size_t bytes) {
 // The first of n rows in piece k of `pieces` (piece k: rows piece_row(k) .. piece_row(k + 1) - 1).
 static size_t piece_row(int n, int k, int pieces) { return (size_t)n * k / pieces; }
 
-// Queues the output copy (and the decode error flag) behind the step, in pieces, each followed
-// by its event for mimi_cuda_collect.
-static int queue_output(struct mimi_batch *b, int i, int n) {
+// Queues the output copy behind the step, in pieces, each (when there are several) followed by
+// its event for mimi_cuda_collect; then the error flag's copy when the step's codes came from
+// device memory (only the gather raises it, on codes nobody checked: codes from the host were
+// checked there, so the flag of any other step is zero). A small step is one copy and `done`.
+static int queue_output(struct mimi_batch *b, int i, int n, int device_codes) {
     struct mimi_cuda_batch *gb = b->gpu;
     const struct gpu_plan *p = &gb->plans[i];
     unsigned char *out = gb->host + gb->host_stage_bytes;
@@ -81,11 +83,14 @@ static int queue_output(struct mimi_batch *b, int i, int n) {
         const size_t r0 = piece_row(n, k, pieces), r1 = piece_row(n, k + 1, pieces);
         CK(cudaMemcpyAsync(out + row * r0, (const char *)p->output + row * r0, row * (r1 - r0), cudaMemcpyDeviceToHost,
                            gb->stream), "output copy");
-        CK(cudaEventRecord(gb->piece[k], gb->stream), "event");
+        if (pieces > 1) CK(cudaEventRecord(gb->piece[k], gb->stream), "event");
     }
     gb->pending_pieces = pieces;
-    CK(cudaMemcpyAsync(out + gb->host_out_bytes, p->stage + p->R, sizeof(int32_t), cudaMemcpyDeviceToHost, gb->stream),
-       "flag copy");
+    if (device_codes)
+        CK(cudaMemcpyAsync(out + gb->host_out_bytes, p->stage + p->R, sizeof(int32_t), cudaMemcpyDeviceToHost,
+                           gb->stream), "flag copy");
+    else
+        *(int32_t *)(out + gb->host_out_bytes) = 0;
     CK(cudaEventRecord(gb->done, gb->stream), "event");
     gb->pending = 1;
     gb->pending_n = n;
@@ -94,15 +99,15 @@ static int queue_output(struct mimi_batch *b, int i, int n) {
 }
 
 // Queues the copy of the staged step to the device: the row list and flag, the n input rows,
-// zeros for the bucket's padding rows. With `input` (stage's *pieces) the rows are first checked
-// and copied into the stage piece by piece, each piece's copy to the device queued before the
-// host takes the next; a NaN or infinity in a piece returns MIMI_EINVAL once the pieces queued
-// before it have left the stage (they only wrote the input rows' scratch: nothing runs on them).
+// zeros for the bucket's padding rows; the list and flag go with the first piece of rows (the
+// stage is laid out alike on both sides), so that a small step's inputs are one copy. With
+// `input` (stage's *pieces) the rows are first checked and copied into the stage piece by piece,
+// each piece's copy to the device queued before the host takes the next; a NaN or infinity in a
+// piece returns MIMI_EINVAL once the pieces queued before it have left the stage (they only wrote
+// the input rows' scratch: nothing runs on them).
 static int queue_input(struct mimi_batch *b, const struct gpu_plan *p, int n, const float *input) {
     struct mimi_cuda_batch *gb = b->gpu;
-    const size_t row = sizeof(float) * gb->L.in_per_row;
-    CK(cudaMemcpyAsync(p->stage, gb->host, sizeof(float) * gpu_stage_input_offset(p->R), cudaMemcpyHostToDevice,
-                       gb->stream), "slot list copy");
+    const size_t row = sizeof(float) * gb->L.in_per_row, head = sizeof(float) * gpu_stage_input_offset(gb->L.capacity);
     unsigned char *in = (unsigned char *)mimi_cuda_input_rows(b);
     const int pieces = input ? copy_pieces(row * n) : 1;
     const char *what = gb->L.direction == MIMI_DIRECTION_ENCODE ? "sample" : "latent";
@@ -116,7 +121,8 @@ static int queue_input(struct mimi_batch *b, const struct gpu_plan *p, int n, co
                 return rc;
             }
         }
-        CK(cudaMemcpyAsync((char *)p->input + row * r0, in + row * r0, row * (r1 - r0), cudaMemcpyHostToDevice,
+        const size_t from = k == 0 ? 0 : head + row * r0;  // piece 0 from the row list on
+        CK(cudaMemcpyAsync((char *)p->stage + from, gb->host + from, head + row * r1 - from, cudaMemcpyHostToDevice,
                            gb->stream), "input copy");
     }
     if (n < p->R) CK(cudaMemsetAsync((char *)p->input + row * n, 0, row * (p->R - n), gb->stream), "padding rows");
@@ -132,7 +138,7 @@ extern "C" int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, c
     if (rc) return rc;
     CK(cudaEventRecord(gb->staged, gb->stream), "event");
     CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
-    return queue_output(b, i, n);
+    return queue_output(b, i, n, 0);
 }
 
 extern "C" int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots, const int32_t *codes,
@@ -142,8 +148,8 @@ extern "C" int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const 
     if (rc) return rc;
     const struct gpu_plan *p = &gb->plans[i];
     // the slot list and the cleared error flag from the host, the codes from device memory
-    CK(cudaMemcpyAsync(p->stage, gb->host, sizeof(float) * gpu_stage_input_offset(p->R), cudaMemcpyHostToDevice,
-                       gb->stream), "slot list copy");
+    CK(cudaMemcpyAsync(p->stage, gb->host, sizeof(int32_t) * (p->R + 1), cudaMemcpyHostToDevice, gb->stream),
+       "slot list copy");
     if (wait_stream) {
         CK(cudaEventRecord(gb->ready, (cudaStream_t)wait_stream), "event on the caller's stream");
         CK(cudaStreamWaitEvent(gb->stream, gb->ready, 0), "wait on the caller's stream");
@@ -151,7 +157,7 @@ extern "C" int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const 
     rc = mimi_cuda_copy_codes((int32_t *)p->input, codes, offset, stride, n, p->R, gb->L.in_per_row, &gb->ex);
     if (rc) return op_failed(b, rc);
     CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
-    return queue_output(b, i, n);
+    return queue_output(b, i, n, 1);
 }
 
 // Hands each tap its (channels, n * steps) slice of the step that just completed (of a whole-
@@ -183,7 +189,7 @@ extern "C" int mimi_cuda_collect(struct mimi_batch *b, void *output) {
         const int n = gb->pending_n, pieces = gb->pending_pieces;
         for (int k = 0; k < pieces; k++) {
             const size_t r0 = piece_row(n, k, pieces), r1 = piece_row(n, k + 1, pieces);
-            CK(cudaEventSynchronize(gb->piece[k]), "step");
+            CK(cudaEventSynchronize(pieces > 1 ? gb->piece[k] : gb->done), "step");
             mimi_host_copy(b->model, (char *)output + row * r0, out + row * r0, row * (r1 - r0));
         }
     }
@@ -256,6 +262,6 @@ extern "C" int mimi_cuda_profile(struct mimi_batch *b, int n, const int *slots, 
     free(ev);
     if (rc) return op_failed(b, rc);
     if (e != cudaSuccess) return fail(b, e, "profile");
-    rc = queue_output(b, i, n);
+    rc = queue_output(b, i, n, 0);
     return rc ? rc : mimi_cuda_collect(b, output);
 }

@@ -1110,7 +1110,7 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_layout *L, const struct 
     struct builder B = {.p = p, .L = L, .m = m, .state = state_base, .scratch = scratch_base, .R = R};
     p->R = R;
     p->stage = (int32_t *)(scratch_base + L->sc_stage);
-    p->input = scratch_base + L->sc_stage + gpu_stage_input_offset(R);
+    p->input = scratch_base + L->sc_stage + gpu_stage_input_offset(L->capacity);  // as the host stage
     p->output = scratch_base + L->sc_out;
     B.row_slot = p->stage;
     B.next_pos = (int32_t *)(state_base + L->st_next_pos);

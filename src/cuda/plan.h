@@ -115,9 +115,10 @@ struct gpu_layout {
 int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direction, int capacity,
                     int n_codebooks, int attention, int frames);
 
-// Where the input of a step with R rows sits in the stage: row_slot (R), an error flag, then
-// the input rows.
-size_t gpu_stage_input_offset(int R);
+// Where the input rows sit in the stage of a batch of `capacity` rows, after row_slot and an
+// error flag (a step of R <= capacity rows uses row_slot[0 .. R - 1] and the flag at [R]); the
+// same on the host and the device, so that a small step's list and inputs are one copy.
+size_t gpu_stage_input_offset(int capacity);
 
 // ---- plans ----
 
@@ -161,7 +162,7 @@ struct gpu_op {
 struct gpu_plan {
     struct gpu_op *ops;
     int n_ops, cap_ops, R;
-    int32_t *stage;        // row_slot (R), error flag at stage[R], input at the stage input offset
+    int32_t *stage;        // row_slot (R), error flag at stage[R], input at the capacity's stage input offset
     void *input;           // (R, in_per_row): pcm floats, codes int32 or latent floats
     void *output;          // (R, out_per_row): codes int32, latent floats or pcm floats
     const float *taps[GPU_N_TAPS];  // (channels, R * steps) each

@@ -52,29 +52,50 @@ static __global__ void argmin_kernel(const struct op_argmin a) {
 
 #define RVQ_WARPS (RVQ_THREADS / 32)
 
+#define RVQ_LANE_VALUES (GPU_RVQ_MAX_DIM / 32)
+
+// A lane's values of entry j (i = lane, lane + 32, ...; zeros past dim and past the bins), all
+// loaded before any is used.
+static __device__ __forceinline__ void entry_load(const float *book, int bins, int dim, int j,
+                                                  float (&e)[RVQ_LANE_VALUES]) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < RVQ_LANE_VALUES; u++)
+        e[u] = j < bins && lane + 32 * u < dim ? book[(size_t)j * dim + lane + 32 * u] : 0.0f;
+}
+
 // This block's best (v, j) per row: bins first, first + step, ... scored against the rows'
 // queries qs (R, dim) in shared memory, a warp per bin and a lane per 32nd of the entry, the
 // warps' bests then kept in warp order; threads s < R store row s's into part_v / part_j at
-// blockIdx.x * R + s. wv and wj: a (warps, MAXR) scratch in shared memory.
+// blockIdx.x * R + s. wv and wj: a (warps, MAXR) scratch in shared memory. `pre`, when given,
+// holds the lane's values of entry `first` (entry_load), loaded ahead by the caller.
 template <int MAXR>
-static __device__ void score_bins(const float *book, const float *norms, int bins, int dim, const float *qs, int R,
-                                  int first, int step, float *wv, int *wj, float *part_v, int *part_j) {
+static __device__ __forceinline__ void score_bins(const float *book, const float *norms, int bins, int dim,
+                                                  const float *qs, int R, int first, int step, float *wv, int *wj,
+                                                  float *part_v, int *part_j, const float (*pre)[RVQ_LANE_VALUES]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     float bv[MAXR];
     int bj[MAXR];
 #pragma unroll
     for (int s = 0; s < MAXR; s++) bv[s] = INFINITY, bj[s] = bins;
     for (int j = first; j < bins; j += step) {
-        const float *e = book + (size_t)j * dim;
+        float e[RVQ_LANE_VALUES];
+        if (pre && j == first) {
+#pragma unroll
+            for (int u = 0; u < RVQ_LANE_VALUES; u++) e[u] = (*pre)[u];
+        } else {
+            entry_load(book, bins, dim, j, e);
+        }
         float dot[MAXR];
 #pragma unroll
         for (int s = 0; s < MAXR; s++) dot[s] = 0.0f;
-#pragma unroll 8
-        for (int i = lane; i < dim; i += 32) {
-            const float ei = e[i];
+#pragma unroll
+        for (int u = 0; u < RVQ_LANE_VALUES; u++) {
+            const int i = lane + 32 * u;
+            if (i >= dim) break;
 #pragma unroll
             for (int s = 0; s < MAXR; s++)
-                if (s < R) dot[s] += ei * qs[s * dim + i];
+                if (s < R) dot[s] += e[u] * qs[s * dim + i];
         }
 #pragma unroll
         for (int s = 0; s < MAXR; s++) {
@@ -138,7 +159,7 @@ static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const str
     float *part_v = a.part;
     int *part_j = (int *)a.part + (size_t)G * R;
     score_bins<GPU_SKINNY_MAX>(a.book, a.norms, a.bins, a.dim, qs, R, blockIdx.x + warp * G, RVQ_WARPS * G, wv, wj,
-                               part_v, part_j);
+                               part_v, part_j, NULL);
     // the last block to finish reduces the candidates of all blocks, a warp per row
     if (!last_block(a.counter, G)) return;
     for (int s = warp; s < R; s += RVQ_WARPS) {
@@ -245,14 +266,21 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
     __shared__ int wj[CHAIN_WARPS * MAXR], code[MAXR];
     const struct op_argmin &a = c.first;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, R = a.R, G = gridDim.x, dim = a.dim;
+    const int first = blockIdx.x + warp * G, step = CHAIN_WARPS * G;  // this warp's bins
+    // the lane's values of the warp's first entry of the level to score (of the semantic level:
+    // sv), each level's loaded between the barrier before it and its wait
+    float ev[RVQ_LANE_VALUES], sv[RVQ_LANE_VALUES];
     unsigned stage = 0;
     if (PROJECT) {
         chain_project<MAXR>(c, sem);
         grid_arrive(c.barrier);
+        entry_load(a.book, a.bins, dim, first, ev);
+        entry_load(c.semantic.book, c.semantic.bins, dim, first, sv);
         grid_wait(c.barrier, ++stage);
         for (int i = threadIdx.x; i < R * dim; i += blockDim.x) sem[i] = __ldcg(c.sem_query + i);
         for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = __ldcg(a.residual + i);
     } else {
+        entry_load(a.book, a.bins, dim, first, ev);
         for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = a.residual[i];
     }
     __syncthreads();
@@ -261,20 +289,21 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
         // this block's candidates, in the half of `part` of this level's parity
         float *part_v = c.part + (size_t)(k & 1) * 2 * G * R;
         int *part_j = (int *)part_v + (size_t)G * R;
-        score_bins<MAXR>(book, norms, a.bins, dim, res, R, blockIdx.x + warp * G, CHAIN_WARPS * G, wv, wj, part_v, part_j);
+        score_bins<MAXR>(book, norms, a.bins, dim, res, R, first, step, wv, wj, part_v, part_j, &ev);
         // the semantic level with the first acoustic one, its candidates in part's last third
         float *sem_v = c.part + (size_t)4 * G * R;
         int *sem_j = (int *)sem_v + (size_t)G * R;
         if (PROJECT && k == 0) {
             __syncthreads();  // wv, wj
             const struct op_argmin &s0 = c.semantic;
-            score_bins<MAXR>(s0.book, s0.norms, s0.bins, dim, sem, R, blockIdx.x + warp * G, CHAIN_WARPS * G, wv, wj,
-                             sem_v, sem_j);
+            score_bins<MAXR>(s0.book, s0.norms, s0.bins, dim, sem, R, first, step, wv, wj, sem_v, sem_j, &sv);
         }
         grid_arrive(c.barrier);
-        if (k + 1 < c.levels)  // the next level's bins of this warp toward L2
-            for (int j = blockIdx.x + warp * G; j < a.bins; j += CHAIN_WARPS * G)
+        if (k + 1 < c.levels) {  // the next level's first entry of this warp, its others toward L2
+            entry_load(book + (size_t)a.bins * dim, a.bins, dim, first, ev);
+            for (int j = first + step; j < a.bins; j += step)
                 prefetch_l2(book + (size_t)(a.bins + j) * dim, sizeof(float) * dim, lane, 32);
+        }
         grid_wait(c.barrier, ++stage);
         if (PROJECT && k == 0 && blockIdx.x == 0)
             for (int s = warp; s < R; s += CHAIN_WARPS) {
