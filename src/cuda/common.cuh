@@ -117,14 +117,19 @@ static __device__ __forceinline__ void finish_rows(const struct op_finish &a, in
 
 // Whether this block is the last of `n` blocks to arrive at *counter, each after its writes:
 // the last one then sees every block's writes (it resets the counter when done). Every thread
-// of the block must call it.
+// of the block must call it. One thread arrives for the block, after the block barrier that
+// orders its threads' writes before it, with an acquire-release add (grid_arrive's pattern), so
+// that one thread waits for the writes to be visible instead of each waiting at a fence; the
+// last block's other threads read after the barrier that follows the add.
 static __device__ __forceinline__ bool last_block(uint32_t *counter, unsigned n) {
     __shared__ bool last;
-    __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == n - 1;
+    if (threadIdx.x == 0) {
+        unsigned before;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+        last = before == n - 1;
+    }
     __syncthreads();
-    if (last) __threadfence();
     return last;
 }
 

@@ -218,12 +218,17 @@ struct conv_geom {
             }
         }
     }
-    __device__ void finish(int o, int, int n, float v) const {
-        if (a.bias) v += a.w[(size_t)o * a.ld + reduction()];
+    struct epi {
+        float bias, y;  // the bias, and y as it was when the conv adds to it
+    };
+    __device__ epi load(int o, int, int n) const {
+        return epi{a.bias ? a.w[(size_t)o * a.ld + reduction()] : 0.0f, a.accumulate ? a.y[(size_t)o * cols() + n] : 0.0f};
+    }
+    __device__ void store(int o, int, int n, float v, const epi &e) const {
+        if (a.bias) v += e.bias;
         if (a.post_elu) v = elu_f(v);
-        float *y = a.y + (size_t)o * cols() + n;
-        v = a.accumulate ? *y + v : v;
-        *y = a.elu_out ? elu_f(v) : v;
+        v = a.accumulate ? e.y + v : v;
+        a.y[(size_t)o * cols() + n] = a.elu_out ? elu_f(v) : v;
     }
 };
 

@@ -257,16 +257,25 @@ struct convtr_geom {
         while (c.i >= a.c_in) c.i -= a.c_in, c.u++;
     }
     __device__ void staged(const float *, int, int, int, int) const {}
-    __device__ void finish(int o, int f, int n, float v) const {
+    struct epi {
+        float bias, tail;  // the bias; at a row's step 0 the tail's column f (zero without a slot)
+        bool tailed;
+    };
+    __device__ epi load(int o, int f, int n) const {
+        const struct op_convtr &tr = a.tr;
+        const int r = n / (tr.T + 1), t = n - r * (tr.T + 1);
+        const float *tail = t == 0 && t != tr.T ? slot_tail(tr, o, r, tr.S) : NULL;
+        return epi{tr.bias ? tr.bias[o] : 0.0f, tail ? tail[f] : 0.0f, tail != NULL};
+    }
+    __device__ void store(int o, int f, int n, float v, const epi &e) const {
         const struct op_convtr &tr = a.tr;
         const int r = n / (tr.T + 1), t = n - r * (tr.T + 1), S = tr.S;
-        const float b = tr.bias ? tr.bias[o] : 0.0f;
-        v = __fadd_rn(b, v);
+        v = __fadd_rn(e.bias, v);
         if (t == tr.T) {  // the tail the full output leaves, without the bias
-            a.next[((size_t)o * tr.R + r) * S + f] = __fsub_rn(v, b);
+            a.next[((size_t)o * tr.R + r) * S + f] = __fsub_rn(v, e.bias);
             return;
         }
-        if (t == 0) v = add_tail(tr, o, r, f, S, v);
+        if (e.tailed) v = __fadd_rn(v, e.tail);  // add_tail's sum
         tr.y[((size_t)o * tr.R + r) * S * tr.T + t * S + f] = v;
     }
 };

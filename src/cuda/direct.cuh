@@ -14,7 +14,10 @@
  *   activate(v)                                       applies to it, then the index DIRECT_WARPS
  *                                                     on (take only loads, so that a lane's loads
  *                                                     are all in flight before any value is used)
- *   finish(o, phase, n, v)                            the epilogue: bias, activation, stores
+ *   load(o, phase, n) -> epi, store(o, phase, n, v, e)  the epilogue: what it reads (bias,
+ *                                                     residual, tail), then the bias, activation
+ *                                                     and stores; a warp's loads for all of its
+ *                                                     channels are issued before its first store
  *   staged(xs, n0, phase, p0, kc)                     sees each staged input slice (xs below)
  * Block (x, y, z): columns 32x .. 32x + 31 (a lane each), output channels
  * DIRECT_TO * (y / phases) + 0 .. DIRECT_TO - 1 of phase y % phases, reduction part z. The part
@@ -114,6 +117,21 @@ static __device__ __forceinline__ void direct_stage_inputs(const G &g, float *xs
     }
 }
 
+// The epilogue of column n's channels o + DIRECT_WARPS i, i < DIRECT_PER, whose sums are v (where
+// mine): every load first, then the stores.
+#define DIRECT_PER (DIRECT_TO / DIRECT_WARPS)
+template <class G>
+static __device__ __forceinline__ void direct_epilogue(const G &g, int o, int phase, int n, const float (&v)[DIRECT_PER],
+                                                       const bool (&mine)[DIRECT_PER]) {
+    typename G::epi e[DIRECT_PER];
+#pragma unroll
+    for (int i = 0; i < DIRECT_PER; i++)
+        if (mine[i]) e[i] = g.load(o + i * DIRECT_WARPS, phase, n);
+#pragma unroll
+    for (int i = 0; i < DIRECT_PER; i++)
+        if (mine[i]) g.store(o + i * DIRECT_WARPS, phase, n, v[i], e[i]);
+}
+
 template <class G>
 static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(const G g) {
     static_assert(DIRECT_TO % DIRECT_WARPS == 0 && DIRECT_TO % 4 == 0, "channels split evenly over the warps");
@@ -173,41 +191,50 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
 #pragma unroll
     for (int o = 0; o < DIRECT_TO; o++) part[warp][o][lane] = acc[o];
     __syncthreads();
-    // warp w finishes channels o0 + w, o0 + w + DIRECT_WARPS, ...
-    for (int oi = warp; oi < DIRECT_TO; oi += DIRECT_WARPS) {
-        const int o = o0 + oi;
-        float v = 0.0f;
-        for (int w = 0; w < DIRECT_WARPS; w++) v += part[w][oi][lane];
-        const bool mine = n < N && o < g.c_out();
-        if (sp.splits > 1) {
-            const size_t at = ((size_t)o * phases + phase) * N + n;
-            if (mine) sp.part[(size_t)blockIdx.z * plane + at] = v;
-            continue;
-        }
-        if (mine) g.finish(o, phase, n, v);
+    // warp w finishes channels o0 + w + DIRECT_WARPS i, i < DIRECT_PER: their sums first
+    float v[DIRECT_PER];
+    bool mine[DIRECT_PER];
+#pragma unroll
+    for (int i = 0; i < DIRECT_PER; i++) {
+        const int oi = warp + i * DIRECT_WARPS;
+        v[i] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DIRECT_WARPS; w++) v[i] += part[w][oi][lane];
+        mine[i] = n < N && o0 + oi < g.c_out();
     }
-    if (sp.splits == 1) return;
+    if (sp.splits == 1) {
+        direct_epilogue(g, o0 + warp, phase, n, v, mine);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < DIRECT_PER; i++)
+        if (mine[i]) sp.part[(size_t)blockIdx.z * plane + ((size_t)(o0 + warp + i * DIRECT_WARPS) * phases + phase) * N + n] = v[i];
     // the tile's last part to finish adds the parts in order
     uint32_t *counter = sp.counters + blockIdx.y * gridDim.x + blockIdx.x;
     if (!last_block(counter, sp.splits)) return;
     if (threadIdx.x == 0) *counter = 0;
-    for (int oi = warp; oi < DIRECT_TO; oi += DIRECT_WARPS) {
-        const int o = o0 + oi;
-        if (n >= N || o >= g.c_out()) continue;
-        const size_t at = ((size_t)o * phases + phase) * N + n;
-        // the parts' sums loaded DIRECT_STAGE_LOADS at a time, then added in part order
-        float v = __ldcg(sp.part + at);
-        for (int z0 = 1; z0 < sp.splits; z0 += DIRECT_STAGE_LOADS) {
-            float pz[DIRECT_STAGE_LOADS];
+    // the parts' sums of the warp's channels, DIRECT_STAGE_LOADS parts a channel loaded at a
+    // time, then added in part order
+    size_t at[DIRECT_PER];
 #pragma unroll
-            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
-                pz[u] = z0 + u < sp.splits ? __ldcg(sp.part + (size_t)(z0 + u) * plane + at) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
-                if (z0 + u < sp.splits) v += pz[u];
-        }
-        g.finish(o, phase, n, v);
+    for (int i = 0; i < DIRECT_PER; i++) {
+        at[i] = ((size_t)(o0 + warp + i * DIRECT_WARPS) * phases + phase) * N + n;
+        v[i] = mine[i] ? __ldcg(sp.part + at[i]) : 0.0f;
     }
+    for (int z0 = 1; z0 < sp.splits; z0 += DIRECT_STAGE_LOADS) {
+        float pz[DIRECT_PER][DIRECT_STAGE_LOADS];
+#pragma unroll
+        for (int i = 0; i < DIRECT_PER; i++)
+#pragma unroll
+            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
+                pz[i][u] = mine[i] && z0 + u < sp.splits ? __ldcg(sp.part + (size_t)(z0 + u) * plane + at[i]) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < DIRECT_PER; i++)
+#pragma unroll
+            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
+                if (z0 + u < sp.splits) v[i] += pz[i][u];
+    }
+    direct_epilogue(g, o0 + warp, phase, n, v, mine);
 }
 
 // Launches g's kernel over `cols` columns, c_out channels and `phases` phases.
