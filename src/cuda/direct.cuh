@@ -39,6 +39,7 @@
 #define DIRECT_TO GPU_DIRECT_CHANNELS  // output channels per block
 #define DIRECT_KC 128       // reduction indices staged at a time: 16 KB of weights, 16 KB of inputs
 #define DIRECT_STAGE_LOADS 8
+#define DIRECT_PART_LOADS 4  // of each of a warp's DIRECT_PER channels at a time
 
 // ws (kc, DIRECT_TO) = the weights of channels o0 .. o0 + DIRECT_TO - 1 at reduction indices
 // p0 .. p0 + kc - 1 (zeros past c_out). Every thread issues up to DIRECT_STAGE_LOADS loads
@@ -213,7 +214,7 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
     uint32_t *counter = sp.counters + blockIdx.y * gridDim.x + blockIdx.x;
     if (!last_block(counter, sp.splits)) return;
     if (threadIdx.x == 0) *counter = 0;
-    // the parts' sums of the warp's channels, DIRECT_STAGE_LOADS parts a channel loaded at a
+    // the parts' sums of the warp's channels, DIRECT_PART_LOADS parts a channel loaded at a
     // time, then added in part order
     size_t at[DIRECT_PER];
 #pragma unroll
@@ -221,17 +222,17 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
         at[i] = ((size_t)(o0 + warp + i * DIRECT_WARPS) * phases + phase) * N + n;
         v[i] = mine[i] ? __ldcg(sp.part + at[i]) : 0.0f;
     }
-    for (int z0 = 1; z0 < sp.splits; z0 += DIRECT_STAGE_LOADS) {
-        float pz[DIRECT_PER][DIRECT_STAGE_LOADS];
+    for (int z0 = 1; z0 < sp.splits; z0 += DIRECT_PART_LOADS) {
+        float pz[DIRECT_PER][DIRECT_PART_LOADS];
 #pragma unroll
         for (int i = 0; i < DIRECT_PER; i++)
 #pragma unroll
-            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
+            for (int u = 0; u < DIRECT_PART_LOADS; u++)
                 pz[i][u] = mine[i] && z0 + u < sp.splits ? __ldcg(sp.part + (size_t)(z0 + u) * plane + at[i]) : 0.0f;
 #pragma unroll
         for (int i = 0; i < DIRECT_PER; i++)
 #pragma unroll
-            for (int u = 0; u < DIRECT_STAGE_LOADS; u++)
+            for (int u = 0; u < DIRECT_PART_LOADS; u++)
                 if (z0 + u < sp.splits) v[i] += pz[i][u];
     }
     direct_epilogue(g, o0 + warp, phase, n, v, mine);
