@@ -116,7 +116,9 @@ static int setup_device(struct mimi_batch *b, int precision) {
         mimi_batch_error(b, "cuda: out of host memory (%zu bytes)", host_bytes);
         return MIMI_ENOMEM;
     }
-    memset(gb->host, 0, host_bytes);  // (a step's copy of its row list takes the whole list's place)
+    // defined bytes throughout: a step copies the whole row list of `capacity` entries with its
+    // inputs (queue_input), also the entries past its own rows
+    memset(gb->host, 0, host_bytes);
     const cudaError_t e = cudaHostRegister(gb->host, host_bytes, cudaHostRegisterDefault);
     if (e != cudaSuccess) {
         free(gb->host);
