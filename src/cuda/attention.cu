@@ -204,9 +204,14 @@ static __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(const str
 #define ATTF_BLOCK_WARPS(PIPE) ((PIPE) ? ATTF_WARPS : ATTF_WARPS_WIDE)
 // Blocks each SM must hold (0: no bound): with bfloat16 rings and two query steps per block,
 // 1024 threads (64 registers) instead of the 768 that 80 registers allow; at 2048 streams this
-// took that attention from 3.76 to 3.44 ms per step. f32 rings, bound by bandwidth, lost 2-4%
-// with that bound and keep the compiler's choice. The pipelined variant is unbounded.
-#define ATTF_MIN_BLOCKS(MAXS, T, PIPE) ((MAXS) == 2 && sizeof(T) == 2 && !(PIPE) ? 32 / ATTF_BLOCK_WARPS(PIPE) : 0)
+// took that attention from 3.76 to 3.44 ms per step. int8 rings: 768 threads (80 registers, as
+// the compiler chose before a lane loaded only its own key's position and scales; 96 without
+// the bound; 64 spill). f32 rings, bound by bandwidth, lost 2-4% with a bound and keep the
+// compiler's choice. The pipelined variant is unbounded.
+#define ATTF_MIN_BLOCKS(MAXS, T, PIPE)                                                                   \
+    ((MAXS) == 2 && !(PIPE) && sizeof(T) == 2   ? 32 / ATTF_BLOCK_WARPS(PIPE)                            \
+     : (MAXS) == 2 && !(PIPE) && sizeof(T) == 1 ? 24 / ATTF_BLOCK_WARPS(PIPE)                            \
+                                                : 0)
 #define ATTF_HD GPU_ATT_ONEPASS_HD
 
 // One block per (row, head), W warps each owning a contiguous share of the ring. A warp

@@ -37,19 +37,20 @@ static __device__ __forceinline__ float int8_byte(uint32_t u, int b) {
 }
 
 // Four consecutive ring values as f32: one 16-byte load (f32), one 8-byte load (bfloat16,
-// whose bits are the high half of the f32 they stand for) or one 4-byte load (int8, times the
-// entry's scale for the head, which only int8 rings have).
+// whose bits are the high half of the f32 they stand for) or one 4-byte load (int8: the codes,
+// which the one-pass round multiplies by the entry's scale for the head, which only int8 rings
+// have, after its dot products).
 template <typename T> struct ring4;
 template <> struct ring4<float> {
     typedef float4 unit;
     static const bool scaled = false;
-    static __device__ __forceinline__ float4 get(float4 v, float) { return v; }
+    static __device__ __forceinline__ float4 raw(float4 v) { return v; }
     static __device__ __forceinline__ float4 zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 };
 template <> struct ring4<__nv_bfloat16> {
     typedef uint2 unit;
     static const bool scaled = false;
-    static __device__ __forceinline__ float4 get(uint2 v, float) {
+    static __device__ __forceinline__ float4 raw(uint2 v) {
         return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
                            __uint_as_float(v.y & 0xffff0000u));
     }
@@ -58,9 +59,9 @@ template <> struct ring4<__nv_bfloat16> {
 template <> struct ring4<int8_t> {
     typedef uint32_t unit;
     static const bool scaled = true;
-    static __device__ __forceinline__ float4 get(uint32_t v, float s) {
+    static __device__ __forceinline__ float4 raw(uint32_t v) {
         const uint32_t u = v ^ 0x80808080u;
-        return make_float4(int8_byte(u, 0) * s, int8_byte(u, 1) * s, int8_byte(u, 2) * s, int8_byte(u, 3) * s);
+        return make_float4(int8_byte(u, 0), int8_byte(u, 1), int8_byte(u, 2), int8_byte(u, 3));
     }
     static __device__ __forceinline__ uint32_t zero() { return 0u; }
 };
@@ -173,24 +174,30 @@ static __device__ __forceinline__ void rope_pair(const struct op_attention &a, i
     values[at + 1] = v[2 * p + 1];
 }
 
-// One round of the one-pass kernel: four keys (kv, with positions pk, -1 for none) and their
-// value rows (vv) folded into each step's running maximum m, sum l and weighted sum acc. Step s
-// of the block has position pos + s. A half-warp holds a key as 16 float4 (li: this lane's), so
-// a dot product is a sum over the half's lanes. The four dots are summed transposed: after the
-// xor-8 exchange a lane keeps two keys' sums, after xor-4 one (key 2*b3 + b2 of li's bits), and
-// xor-2 and xor-1 finish it; each pair is added in the same order as four separate butterflies
-// would, with 5 shuffles instead of 16. The lane then takes the exponential of its key alone and
-// the half shares the four weights. Against four full butterflies per key the results moved by
-// rounding only (the compiler contracts the products differently; golden PCM rel. L2 1.848e-6
-// -> 1.850e-6), and at 2048 streams f32 attention took 4.81 -> 4.64 ms per step, bf16 3.52 -> 3.22.
-template <int MAXS>
+// One round of the one-pass kernel: four keys (kv) and their value rows (vv) folded into each
+// step's running maximum m, sum l and weighted sum acc. Step s of the block has position pos + s.
+// A half-warp holds a key as 16 float4 (li: this lane's), so a dot product is a sum over the
+// half's lanes. The four dots are summed transposed: after the xor-8 exchange a lane keeps two
+// keys' sums, after xor-4 one (key onepass_key(lane) = 2*b3 + b2 of li's bits), and xor-2 and
+// xor-1 finish it; each pair is added in the same order as four separate butterflies would,
+// with 5 shuffles instead of 16. The lane then takes the exponential of its key alone and the
+// half shares the four weights; so a lane needs only its own key's position (pkey, -1 for none)
+// and, with int8 rings (SC: kv and vv are codes), its key's scales ks and vs: ks multiplies the
+// dot product, vs the weight the lane shares for the values (l sums the weights unscaled, the
+// four keys' by two exchanges). Against four full butterflies per key the
+// results moved by rounding only (the compiler contracts the products differently; golden PCM
+// rel. L2 1.848e-6 -> 1.850e-6), and at 2048 streams f32 attention took 4.81 -> 4.64 ms per
+// step, bf16 3.52 -> 3.22.
+static __device__ __forceinline__ int onepass_key(int lane) { return (lane >> 3 & 1) * 2 + (lane >> 2 & 1); }
+
+template <int MAXS, bool SC>
 static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], const float4 (&kv)[4],
-                                                     const float4 (&vv)[4], const int32_t (&pk)[4], int steps,
-                                                     int32_t pos, int context, float scale, int lane,
+                                                     const float4 (&vv)[4], int32_t pkey, float ks, float vs,
+                                                     int steps, int32_t pos, int context, float scale, int lane,
                                                      float4 (&acc)[MAXS], float (&m)[MAXS], float (&l)[MAXS]) {
     const bool b3 = lane & 8, b2 = lane & 4;
-    const int32_t pkey = b3 ? (b2 ? pk[3] : pk[2]) : (b2 ? pk[1] : pk[0]);  // this lane's key's position
-    const int src = lane & 16;                                               // key u's lane: src + 4u
+    const int src = lane & 16;  // key u's lane: src + 4u
+    const float kscale = SC ? scale * ks : scale;
 #pragma unroll
     for (int s = 0; s < MAXS; s++) {
         if (s >= steps) break;
@@ -204,7 +211,7 @@ static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], co
         dot += __shfl_xor_sync(0xffffffffu, dot, 2);
         dot += __shfl_xor_sync(0xffffffffu, dot, 1);
         const int32_t age = pos + s - pkey;
-        const float sc = pkey >= 0 && age >= 0 && age < context ? dot * scale : -INFINITY;
+        const float sc = pkey >= 0 && age >= 0 && age < context ? dot * kscale : -INFINITY;
         float mk = fmaxf(sc, __shfl_xor_sync(0xffffffffu, sc, 4));
         mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, 8));
         const float mx = fmaxf(m[s], mk);
@@ -214,10 +221,15 @@ static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], co
         const float pl = any ? expf(sc - mx) : 0.0f;
         float4 ac = make_float4(acc[s].x * c, acc[s].y * c, acc[s].z * c, acc[s].w * c);
         float ls = l[s] * c;
+        if (SC) {
+            float t = pl + __shfl_xor_sync(0xffffffffu, pl, 4);
+            ls += t + __shfl_xor_sync(0xffffffffu, t, 8);
+        }
+        const float pv = SC ? pl * vs : pl;
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const float p = __shfl_sync(0xffffffffu, pl, src + 4 * u);
-            ls += p;
+            const float p = __shfl_sync(0xffffffffu, pv, src + 4 * u);
+            if (!SC) ls += p;
             ac.x += p * vv[u].x, ac.y += p * vv[u].y, ac.z += p * vv[u].z, ac.w += p * vv[u].w;
         }
         acc[s] = ac;
@@ -228,10 +240,11 @@ static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], co
 
 // One warp's walk of the one-pass softmax over ring entries [j_begin, j_end) of a span that
 // starts at entry lo (entry e = lo + j, wrapped at `ring`): a round takes keys j0 + 2u + half
-// (u < 4) with their value rows and positions (-1 past the share); with PIPE the next round's
-// loads are issued before this round's arithmetic. keys and values point at this lane's four
-// values of the head in slot's entry 0; entries are d4 units apart. With int8 rings ks and vs
-// point at the head's scale of entry 0, entries n_heads floats apart (else unused).
+// (u < 4) with their value rows, and the position (-1 past the share) and int8 scales of this
+// lane's own key (onepass_key); with PIPE the next round's loads are issued before this round's
+// arithmetic. keys and values point at this lane's four values of the head in slot's entry 0;
+// entries are d4 units apart. With int8 rings ks and vs point at the head's scale of entry 0,
+// entries n_heads floats apart (else unused).
 struct ring_scales {
     const float *ks, *vs;
     int n_heads;
@@ -254,10 +267,10 @@ static __device__ __forceinline__ void onepass_span(const typename ring4<T>::uni
                                                     int context, float scale, float4 (&acc)[MAXS], float (&m)[MAXS],
                                                     float (&l)[MAXS], int32_t newest = INT32_MAX) {
     typedef typename ring4<T>::unit unit;
-    const int lane = threadIdx.x % 32, half = lane >> 4;
+    const int lane = threadIdx.x % 32, half = lane >> 4, own = 2 * onepass_key(lane) + half;
     unit kr[4], vr[4];
-    float ksr[4] = {}, vsr[4] = {};
-    int32_t pr[4];
+    float ks = 0.0f, vs = 0.0f;
+    int32_t pr;
     auto load = [&](int j0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -265,24 +278,26 @@ static __device__ __forceinline__ void onepass_span(const typename ring4<T>::uni
             const bool in = j < j_end;
             kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
             vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
-            pr[u] = in ? positions[e] : -1;
-            if (pr[u] >= newest) pr[u] = -1;
-            if (ring4<T>::scaled) {
-                ksr[u] = in ? sc.ks[(size_t)e * sc.n_heads] : 0.0f;
-                vsr[u] = in ? sc.vs[(size_t)e * sc.n_heads] : 0.0f;
-            }
+        }
+        const int j = j0 + own, e = lo + j < ring ? lo + j : lo + j - ring;
+        const bool in = j < j_end;
+        pr = in ? positions[e] : -1;
+        if (pr >= newest) pr = -1;
+        if (ring4<T>::scaled) {
+            ks = in ? sc.ks[(size_t)e * sc.n_heads] : 0.0f;
+            vs = in ? sc.vs[(size_t)e * sc.n_heads] : 0.0f;
         }
     };
     if (PIPE) load(j_begin);
     for (int j0 = j_begin; j0 < j_end; j0 += 8) {
         if (!PIPE) load(j0);
         float4 kv[4], vv[4];
-        int32_t pk[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++)
-            kv[u] = ring4<T>::get(kr[u], ksr[u]), vv[u] = ring4<T>::get(vr[u], vsr[u]), pk[u] = pr[u];
+        for (int u = 0; u < 4; u++) kv[u] = ring4<T>::raw(kr[u]), vv[u] = ring4<T>::raw(vr[u]);
+        const int32_t pk = pr;
+        const float kso = ks, vso = vs;
         if (PIPE && j0 + 8 < j_end) load(j0 + 8);  // in flight during this round's arithmetic
-        onepass_round<MAXS>(q, kv, vv, pk, steps, pos, context, scale, lane, acc, m, l);
+        onepass_round<MAXS, ring4<T>::scaled>(q, kv, vv, pk, kso, vso, steps, pos, context, scale, lane, acc, m, l);
     }
 }
 

@@ -39,8 +39,8 @@ template <> struct ring8<__nv_bfloat16> {
     typedef uint4 unit;
     static __device__ __forceinline__ unit load(const __nv_bfloat16 *p) { return *(const uint4 *)p; }
     static __device__ __forceinline__ void store(float *dst, const unit &v) {
-        *(float4 *)dst = ring4<__nv_bfloat16>::get(make_uint2(v.x, v.y), 1.0f);
-        *(float4 *)(dst + 4) = ring4<__nv_bfloat16>::get(make_uint2(v.z, v.w), 1.0f);
+        *(float4 *)dst = ring4<__nv_bfloat16>::raw(make_uint2(v.x, v.y));
+        *(float4 *)(dst + 4) = ring4<__nv_bfloat16>::raw(make_uint2(v.z, v.w));
     }
 };
 

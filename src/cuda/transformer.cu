@@ -287,8 +287,8 @@ static __device__ void tr_new_int8(const struct op_attention &a, const struct op
     const int d = a.d, steps = a.steps;
     if (warp == 0) {
         // round u = 0: half-warp `half` holds step half's key (when there is one), as onepass_span
+        // (codes, the scales folded in by onepass_round as for ring entries)
         float4 kv[4], vv[4];
-        int32_t pk[4] = {-1, -1, -1, -1};
         for (int u = 0; u < 4; u++) kv[u] = vv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const int s = min(half, steps - 1);
         const float *row = a.qkv + ((size_t)r * steps + s) * 3 * d + (size_t)h * GPU_ATT_ONEPASS_HD + 4 * li;
@@ -300,12 +300,12 @@ static __device__ void tr_new_int8(const struct op_attention &a, const struct op
             km = fmaxf(km, __shfl_xor_sync(0xffffffffu, km, o));
             vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, o));
         }
-        const float ks = gpu_kv_int8_scale(km), vs = gpu_kv_int8_scale(vm);
-        const auto deq = [](float x, float mx, float sc) { return (float)gpu_kv_int8_code(x, mx) * sc; };
-        kv[0] = make_float4(deq(k.x, km, ks), deq(k.y, km, ks), deq(k.z, km, ks), deq(k.w, km, ks));
-        vv[0] = make_float4(deq(v.x, vm, vs), deq(v.y, vm, vs), deq(v.z, vm, vs), deq(v.w, vm, vs));
-        if (half < steps) pk[0] = pos0 + half;
-        onepass_round<MAXS>(q, kv, vv, pk, steps, pos0, a.context, scale, lane, acc, m, l);
+        const auto code = [](float x, float mx) { return (float)gpu_kv_int8_code(x, mx); };
+        kv[0] = make_float4(code(k.x, km), code(k.y, km), code(k.z, km), code(k.w, km));
+        vv[0] = make_float4(code(v.x, vm), code(v.y, vm), code(v.z, vm), code(v.w, vm));
+        const int32_t pkey = onepass_key(lane) == 0 && half < steps ? pos0 + half : -1;
+        onepass_round<MAXS, true>(q, kv, vv, pkey, gpu_kv_int8_scale(km), gpu_kv_int8_scale(vm), steps, pos0,
+                                  a.context, scale, lane, acc, m, l);
     }
     if (store && warp < steps) {
         const float *row = a.qkv + ((size_t)r * steps + warp) * 3 * d;
