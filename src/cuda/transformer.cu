@@ -34,7 +34,11 @@
  * or the rings requested into L2 ahead (the requests delay the waits), the attention blocks'
  * rings copied into shared memory (cp.async) while the stages before stage 2 run (190 -> 214 us
  * strict, 179 -> 198 us with bf16 rings), a flag per block instead of one counter, and items of
- * 16 ring entries merged by every block.
+ * 16 ring entries merged by every block. Thread-block clusters (stage 2's ring in 2-8 shares
+ * merged through distributed shared memory; stages 3 and 4 one stage, linear2 summed in a part
+ * per cluster) were correct and not faster: at 512 threads the kernel has 128 registers a
+ * thread, and what they kept live spilled (bench/results/gpu-h200-2026-12-04-clusters.md); so
+ * did the linears' first weights staged through cp.async instead of registers (10 us slower).
  */
 #include <stdint.h>
 
