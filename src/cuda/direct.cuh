@@ -207,21 +207,20 @@ static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(con
         direct_epilogue(g, o0 + warp, phase, n, v, mine);
         return;
     }
+    size_t at[DIRECT_PER];  // the channels' place in a part's plane
 #pragma unroll
-    for (int i = 0; i < DIRECT_PER; i++)
-        if (mine[i]) sp.part[(size_t)blockIdx.z * plane + ((size_t)(o0 + warp + i * DIRECT_WARPS) * phases + phase) * N + n] = v[i];
+    for (int i = 0; i < DIRECT_PER; i++) {
+        at[i] = ((size_t)(o0 + warp + i * DIRECT_WARPS) * phases + phase) * N + n;
+        if (mine[i]) sp.part[(size_t)blockIdx.z * plane + at[i]] = v[i];
+    }
     // the tile's last part to finish adds the parts in order
     uint32_t *counter = sp.counters + blockIdx.y * gridDim.x + blockIdx.x;
     if (!last_block(counter, sp.splits)) return;
     if (threadIdx.x == 0) *counter = 0;
     // the parts' sums of the warp's channels, DIRECT_PART_LOADS parts a channel loaded at a
     // time, then added in part order
-    size_t at[DIRECT_PER];
 #pragma unroll
-    for (int i = 0; i < DIRECT_PER; i++) {
-        at[i] = ((size_t)(o0 + warp + i * DIRECT_WARPS) * phases + phase) * N + n;
-        v[i] = mine[i] ? __ldcg(sp.part + at[i]) : 0.0f;
-    }
+    for (int i = 0; i < DIRECT_PER; i++) v[i] = mine[i] ? __ldcg(sp.part + at[i]) : 0.0f;
     for (int z0 = 1; z0 < sp.splits; z0 += DIRECT_PART_LOADS) {
         float pz[DIRECT_PER][DIRECT_PART_LOADS];
 #pragma unroll
