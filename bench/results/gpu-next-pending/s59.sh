@@ -13,7 +13,7 @@ python3 -c "import tarfile; tarfile.open('.gpu-carry/pack.tar.xz').extractall('.
 mkdir -p build-gpu/models; M=/work/main/build-gpu/models/native.safetensors
 .gpu-carry/c9/mimi-bench-gpu --write-model $M > /dev/null 2>&1 || echo write-model failed
 # the variants' tests look for their models where they were built
-for d in /tmp/build-v3 /tmp/build-v6 /tmp/build-v7 /tmp/build-v8; do mkdir -p $d; ln -sfn /work/main/build-gpu/models $d/models; done
+for d in /tmp/build-v2 /tmp/build-v3 /tmp/build-v6 /tmp/build-v7 /tmp/build-v8; do mkdir -p $d; ln -sfn /work/main/build-gpu/models $d/models; done
 date -u +%FT%TZ
 if [ "$1" = perf ]; then
   one() { timeout 60 "$@" --model $M --modes strict --quick --max-streams 1 2>&1 | grep -E "one stream, ms|rror" | paste -sd" " ; }
