@@ -2,13 +2,13 @@
 # The gpu-next variants on a device (bench/results/gpu-next-pending.md); carry
 # .gpu-carry/pack.tar.xz and this script.
 #   bash s59.sh perf       one stream strict, interleaved rounds (ROUNDS, default "1 2 3") of c9
-#                          (main's device code) and VARIANTS (default v2-v12); then the
+#                          (main's device code) and VARIANTS (default v2-v13); then the
 #                          transformer's stage times of v2 and v9 (v2s and v9s: TR_STAMPS). Each
 #                          run's seconds are printed: split the rounds over calls if 600 s is short
 #   bash s59.sh probe      the graph step of v2 with ops or stages left out (MIMI_PROBE_SKIP);
 #                          eager per-op profiles of c9, v2, v3, v7, v8 and v9
 #   bash s59.sh test V...  test_gpu, test_golden on three clips and test_pocket of each variant
-#                          named (v2, v3, v6, v7, v8, v9 and v12 have test binaries in the pack)
+#                          named (v2, v3, v6, v7, v8, v9, v12 and v13 have test binaries in the pack)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 R=$(pwd); [ -e /work/main ] || { mkdir -p /work; ln -s "$R" /work/main; }
 cd /work/main
@@ -16,11 +16,11 @@ python3 -c "import tarfile; tarfile.open('.gpu-carry/pack.tar.xz').extractall('.
 mkdir -p build-gpu/models; M=/work/main/build-gpu/models/native.safetensors
 .gpu-carry/c9/mimi-bench-gpu --write-model $M > /dev/null 2>&1 || echo write-model failed
 # the variants' tests look for their models where they were built
-for d in /tmp/build-v2 /tmp/build-v3 /tmp/build-v6 /tmp/build-v7 /tmp/build-v8 /tmp/build-v9 /tmp/build-v12; do mkdir -p $d; ln -sfn /work/main/build-gpu/models $d/models; done
+for d in /tmp/build-v2 /tmp/build-v3 /tmp/build-v6 /tmp/build-v7 /tmp/build-v8 /tmp/build-v9 /tmp/build-v12 /tmp/build-v13; do mkdir -p $d; ln -sfn /work/main/build-gpu/models $d/models; done
 date -u +%FT%TZ
 one() { local t0=$SECONDS o; o=$(timeout 60 "$@" --model $M --modes strict --quick --max-streams 1 2>&1 | grep -E "one stream, ms|rror" | paste -sd" "); echo "$o [$((SECONDS - t0)) s]"; }
 if [ "$1" = perf ]; then
-  for r in ${ROUNDS:-1 2 3}; do for v in ${VARIANTS:-c9 v2 v3 v4 v5 v6 v7 v8 v9 v10 v11 v12}; do echo "== $v $r $(one .gpu-carry/$v/mimi-bench-gpu)"; done; date -u +%T; done
+  for r in ${ROUNDS:-1 2 3}; do for v in ${VARIANTS:-c9 v2 v3 v4 v5 v6 v7 v8 v9 v10 v11 v12 v13}; do echo "== $v $r $(one .gpu-carry/$v/mimi-bench-gpu)"; done; date -u +%T; done
   for v in v2s v9s; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --quick --max-streams 1 > $OUT/stamps-$v.txt 2>&1; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
 elif [ "$1" = probe ]; then
   for s in "" all ",transformer," ",enc.seanet,dec.seanet," ",conv,convtr_direct," ",enc.quantizer,dec.quantizer," ",tails," ",enc.downsample,dec.upsample,"; do
