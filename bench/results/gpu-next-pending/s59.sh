@@ -2,7 +2,7 @@
 # The gpu-next variants on a device (bench/results/gpu-next-pending.md); carry
 # .gpu-carry/pack.tar.xz and this script.
 #   bash s59.sh perf       one stream strict, interleaved rounds (ROUNDS, default "1 2 3") of c9
-#                          (main's device code) and VARIANTS (default v2-v13); then the
+#                          (main's device code) and VARIANTS (default v2-v14); then the
 #                          transformer's stage times of v2 and v9 (v2s and v9s: TR_STAMPS). Each
 #                          run's seconds are printed: split the rounds over calls if 600 s is short
 #   bash s59.sh probe      the graph step of v2 with ops or stages left out (MIMI_PROBE_SKIP);
@@ -20,7 +20,7 @@ for d in /tmp/build-v2 /tmp/build-v3 /tmp/build-v6 /tmp/build-v7 /tmp/build-v8 /
 date -u +%FT%TZ
 one() { local t0=$SECONDS o; o=$(timeout 60 "$@" --model $M --modes strict --quick --max-streams 1 2>&1 | grep -E "one stream, ms|rror" | paste -sd" "); echo "$o [$((SECONDS - t0)) s]"; }
 if [ "$1" = perf ]; then
-  for r in ${ROUNDS:-1 2 3}; do for v in ${VARIANTS:-c9 v2 v3 v4 v5 v6 v7 v8 v9 v10 v11 v12 v13}; do echo "== $v $r $(one .gpu-carry/$v/mimi-bench-gpu)"; done; date -u +%T; done
+  for r in ${ROUNDS:-1 2 3}; do for v in ${VARIANTS:-c9 v2 v3 v4 v5 v6 v7 v8 v9 v10 v11 v12 v13 v14}; do echo "== $v $r $(one .gpu-carry/$v/mimi-bench-gpu)"; done; date -u +%T; done
   for v in v2s v9s; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --quick --max-streams 1 > $OUT/stamps-$v.txt 2>&1; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
 elif [ "$1" = probe ]; then
   for s in "" all ",transformer," ",enc.seanet,dec.seanet," ",conv,convtr_direct," ",enc.quantizer,dec.quantizer," ",tails," ",enc.downsample,dec.upsample,"; do
