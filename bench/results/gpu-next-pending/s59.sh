@@ -20,7 +20,11 @@ for d in /tmp/build-v2 /tmp/build-v3 /tmp/build-v6 /tmp/build-v7 /tmp/build-v8 /
 date -u +%FT%TZ
 one() { local t0=$SECONDS o; o=$(timeout 60 "$@" --model $M --modes strict --quick --max-streams 1 2>&1 | grep -E "one stream, ms|rror" | paste -sd" "); echo "$o [$((SECONDS - t0)) s]"; }
 if [ "$1" = perf ]; then
-  for r in ${ROUNDS:-1 2 3}; do for v in ${VARIANTS:-c9 v2 v3 v4 v5 v6 v7 v8 v9 v10 v11 v12 v13 v14}; do echo "== $v $r $(one .gpu-carry/$v/mimi-bench-gpu)"; done; date -u +%T; done
+  for r in ${ROUNDS:-1 2 3}; do for v in ${VARIANTS:-c9 v2 v3 v4 v5 v6 v7 v8 v9 v10 v11 v12 v13 v14}; do echo "== $v $r $(one .gpu-carry/$v/mimi-bench-gpu)"; done; date -u +%T; done | tee /tmp/rounds.txt
+  # a variant's encode / decode medians, round after round
+  awk '/^== / && /encode median/ { for (i = 1; i <= NF; i++) { if ($i == "encode") e = $(i + 2); if ($i == "decode") d = $(i + 2) }
+       m[$2] = m[$2] " " e "/" d; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+       END { for (k = 1; k <= n; k++) print "summary", order[k], m[order[k]] }' /tmp/rounds.txt
   for v in v2s v9s; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --quick --max-streams 1 > $OUT/stamps-$v.txt 2>&1; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
 elif [ "$1" = probe ]; then
   for s in "" all ",transformer," ",enc.seanet,dec.seanet," ",conv,convtr_direct," ",enc.quantizer,dec.quantizer," ",tails," ",enc.downsample,dec.upsample,"; do
