@@ -15,7 +15,9 @@ cd /work/main
 python3 -c "import tarfile; tarfile.open('.gpu-carry/pack.tar.xz').extractall('.gpu-carry')" || echo unpack failed
 mkdir -p build-gpu/models; M=/work/main/build-gpu/models/native.safetensors
 .gpu-carry/c9/mimi-bench-gpu --write-model $M > /dev/null 2>&1 || echo write-model failed
-# the variants' tests look for their models where they were built
+# the variants' tests look for their models where they were built, and v9-v14's for their data
+# in the worktree they were built from (tests/data is main's)
+[ -e /tmp/wt-next ] || ln -s /work/main /tmp/wt-next
 for d in /tmp/build-v2 /tmp/build-v3 /tmp/build-v6 /tmp/build-v7 /tmp/build-v8 /tmp/build-v9 /tmp/build-v12 /tmp/build-v13; do mkdir -p $d; ln -sfn /work/main/build-gpu/models $d/models; done
 date -u +%FT%TZ
 one() { local t0=$SECONDS o; o=$(timeout 60 "$@" --model $M --modes strict --quick --max-streams 1 2>&1 | grep -E "one stream, ms|rror" | paste -sd" "); echo "$o [$((SECONDS - t0)) s]"; }
