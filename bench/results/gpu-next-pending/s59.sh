@@ -3,7 +3,8 @@
 # .gpu-carry/pack.tar.xz and this script.
 #   bash s59.sh perf       one stream strict, interleaved rounds (ROUNDS, default "1 2 3") of c9
 #                          (main's device code) and VARIANTS (default v2-v14); then the
-#                          transformer's stage times of v2 and v9 (v2s and v9s: TR_STAMPS). Each
+#                          transformer's stage times of v2 and v9 (v2s and v9s: TR_STAMPS; not
+#                          with STAMPS=0). Each
 #                          run's seconds are printed: split the rounds over calls if 600 s is short
 #   bash s59.sh probe      the graph step of v2 with ops or stages left out (MIMI_PROBE_SKIP);
 #                          eager per-op profiles of c9, v2, v3, v7, v8 and v9
@@ -27,7 +28,7 @@ if [ "$1" = perf ]; then
   awk '/^== / && /encode median/ { for (i = 1; i <= NF; i++) { if ($i == "encode") e = $(i + 2); if ($i == "decode") d = $(i + 2) }
        m[$2] = m[$2] " " e "/" d; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
        END { for (k = 1; k <= n; k++) print "summary", order[k], m[order[k]] }' /tmp/rounds.txt
-  for v in v2s v9s; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --quick --max-streams 1 > $OUT/stamps-$v.txt 2>&1; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
+  [ "${STAMPS:-1}" = 0 ] || for v in v2s v9s; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --quick --max-streams 1 > $OUT/stamps-$v.txt 2>&1; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
 elif [ "$1" = probe ]; then
   for s in "" all ",transformer," ",enc.seanet,dec.seanet," ",conv,convtr_direct," ",enc.quantizer,dec.quantizer," ",tails," ",enc.downsample,dec.upsample,"; do
     echo "== skip '$s' $(MIMI_PROBE_SKIP="$s" one .gpu-carry/v2/mimi-bench-gpu)"
