@@ -10,17 +10,18 @@
  * synchronises.
  *
  * Stages of layer l (S = R * steps rows, d model width, f feed-forward width):
- *   1. h = LN1(x) (x += scale2 * y of layer l-1 first); qkv rows of this block = h . in_proj^T;
+ *   1. h = LN1(x); qkv rows of this block = h . in_proj^T;
  *      q and k rotated, q stored, k and v stored into the slots' rings;
  *   2. a block per (row, head, slice of d: up to TR_MAX_SPLIT_WO as the SMs allow): softmax
  *      attention over the ring (the one-pass arithmetic of attention.cu), then the slice's rows
  *      of out_proj's head columns applied to the head's output -> that head's part of y;
  *   3. x += scale1 * (sum of the heads' parts, in head order); h = LN2(x); this block's rows of
  *      gelu(h . linear1^T) -> ff;
- *   4. its rows of ff . linear2^T -> y.
- * Then out = x + scale2 * y (transposed to (d, S)). Every block computes the LayerNorms itself
- * (a few KB from L2) instead of waiting for one more barrier; block 0 stores the residual
- * stream, which alternates between two buffers as in plan.c's folded linears. The numerics are
+ *   4. its rows of y = ff . linear2^T, and x += scale2 * y for those rows.
+ * Then out = x (transposed to (d, S)). Every block computes the LayerNorms itself (a few KB from
+ * L2) instead of waiting for one more barrier; block 0 stores the residual stream after stage 3,
+ * each block its rows after stage 4: it alternates between two buffers, so that no stage reads
+ * what another block of it writes. The numerics are
  * those of the unfused ops (f32 products, LayerNorm statistics in double as norm.cu computes
  * them, every f32 step of the residual and the norm rounded separately), except that the
  * out-projection is summed by heads.
@@ -413,6 +414,37 @@ static __device__ void tr_store_rows(const struct tr_lin &L, const float *outv, 
     }
 }
 
+// Stage 4's residual add for the block's rows of linear2: x_out[s, row0 + i] = x[s, row0 + i] +
+// scale[row0 + i] * outv[i * S + s] (the unfused residual add's arithmetic). A thread's first
+// element's x and scale are requested before the linear (tr_resid_load), the rest, if any, where
+// they are used.
+struct tr_resid {
+    float x, scale;
+};
+
+static __device__ __forceinline__ struct tr_resid tr_resid_load(const struct tr_lin &L, int S, int d, const float *x,
+                                                                const float *scale) {
+    const int row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0)), e = threadIdx.x;
+    struct tr_resid r = {0.0f, 0.0f};
+    if (e < n * S) {
+        const int i = e / S, s = e - i * S;
+        r.x = __ldcg(x + (size_t)s * d + row0 + i);
+        r.scale = scale[row0 + i];
+    }
+    return r;
+}
+
+static __device__ void tr_store_resid(const struct tr_lin &L, const float *outv, int S, int d, const float *x,
+                                      const float *scale, const struct tr_resid &first, float *x_out) {
+    const int row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0));
+    for (int e = threadIdx.x; e < n * S; e += blockDim.x) {
+        const int i = e / S, s = e - i * S;
+        const size_t at = (size_t)s * d + row0 + i;
+        const bool mine = e == (int)threadIdx.x;
+        x_out[at] = __fadd_rn(mine ? first.x : __ldcg(x + at), __fmul_rn(mine ? first.scale : scale[row0 + i], outv[e]));
+    }
+}
+
 // MAXS: the most rows (2: one stream's step, whose registers it sizes; or GPU_TR_MAX_ROWS).
 template <typename T, int MAXS>
 static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const struct tr_args A) {
@@ -454,8 +486,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         if (l == 0) {
             tr_layernorm<MAXS>(t.in, 1, S, NULL, 0, 0, ch, t.eps, S, d, hs, t.x[0]);
         } else {
-            tr_layernorm<MAXS>(t.x[cur], d, 1, t.y, 1, 0, ch, t.eps, S, d, hs, t.x[cur ^ 1]);
-            cur ^= 1;
+            tr_layernorm<MAXS>(t.x[cur], d, 1, NULL, 0, 0, ch, t.eps, S, d, hs, NULL);
         }
         tr_linear<MAXS>(A.qkv, w.in_proj, hs, S, wv, red, outv);
         tr_store_qkv<T>(a, w, A.qkv, rw, outv);
@@ -485,21 +516,24 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         grid_arrive(t.barrier);
         tr_load(A.ff2, w.linear2, wv);
         grid_wait(t.barrier, ++stage);
-        // 4. linear2 -> y (its input read where stage 3 stored it)
+        // 4. linear2 -> y (its input read where stage 3 stored it); x += scale2 * y for the
+        // block's rows (their x and scale2 requested first, used after the linear)
+        const struct tr_resid rs = tr_resid_load(A.ff2, S, d, t.x[cur], w.scale2);
         tr_linear<MAXS>(A.ff2, w.linear2, t.ff, S, wv, red, outv);
-        tr_store_rows(A.ff2, outv, S, t.y, d, false);
+        tr_store_resid(A.ff2, outv, S, d, t.x[cur], w.scale2, rs, t.x[cur ^ 1]);
+        cur ^= 1;
         grid_arrive(t.barrier);
         if (l + 1 < n_layers) {
             tr_load(A.qkv, A.layers[l + 1].in_proj, wv);
-            ch = tr_chan_load(A.layers[l + 1].norm1_w, A.layers[l + 1].norm1_b, w.scale2, d);
+            ch = tr_chan_load(A.layers[l + 1].norm1_w, A.layers[l + 1].norm1_b, NULL, d);
         }
         grid_wait(t.barrier, ++stage);
     }
-    // out (d, S) = x + scale2 * y of the last layer
-    const float *scale2 = A.layers[n_layers - 1].scale2, *x = t.x[cur];
+    // out (d, S): the last layer's x transposed
+    const float *x = t.x[cur];
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < S * d; e += gridDim.x * blockDim.x) {
         const int s = e / d, c = e - s * d;
-        t.out[(size_t)c * S + s] = __fadd_rn(x[e], __fmul_rn(scale2[c], t.y[e]));
+        t.out[(size_t)c * S + s] = x[e];
     }
     grid_exit(t.barrier);
 }
