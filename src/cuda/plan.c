@@ -439,7 +439,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     const int tr_rows = capacity < GPU_TR_MAX_ROWS / L->steps ? capacity : GPU_TR_MAX_ROWS / L->steps;
     if (gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
         L->sc_tr_part = take(&s, (size_t)tr->n_heads * tr_rows * L->steps * L->d);
-        L->sc_tr_barrier = take(&s, 2);
+        L->sc_tr_barrier = take(&s, GPU_TR_COUNTERS);
     }
     if (codes) {
         L->sc_r = take(&s, CF * 2 * q->dim);  // the residual, and a small step's semantic query

@@ -10,17 +10,20 @@
  * synchronises.
  *
  * Stages of layer l (S = R * steps rows, d model width, f feed-forward width):
- *   1. h = LN1(x) (x += scale2 * y of layer l-1 first); qkv rows of this block = h . in_proj^T;
+ *   1. h = LN1(x); qkv rows of this block = h . in_proj^T;
  *      q and k rotated, q stored, k and v stored into the slots' rings;
  *   2. a block per (row, head, slice of d: up to TR_MAX_SPLIT_WO as the SMs allow): softmax
  *      attention over the ring (the one-pass arithmetic of attention.cu), then the slice's rows
- *      of out_proj's head columns applied to the head's output -> that head's part of y;
- *   3. x += scale1 * (sum of the heads' parts, in head order); h = LN2(x); this block's rows of
- *      gelu(h . linear1^T) -> ff;
- *   4. its rows of ff . linear2^T -> y.
- * Then out = x + scale2 * y (transposed to (d, S)). Every block computes the LayerNorms itself
- * (a few KB from L2) instead of waiting for one more barrier; block 0 stores the residual
- * stream, which alternates between two buffers as in plan.c's folded linears. The numerics are
+ *      of out_proj's head columns applied to the head's output -> that head's part of y; the
+ *      last of a (row, slice)'s heads to finish (a counter) adds the heads' parts, in head order,
+ *      to the slice's x: x += scale1 * y;
+ *   3. h = LN2(x); this block's rows of gelu(h . linear1^T) -> ff;
+ *   4. its rows of y = ff . linear2^T, and x += scale2 * y for those rows.
+ * Then out = x (transposed to (d, S)). Every block computes the LayerNorms itself (a few KB from
+ * L2) instead of waiting for one more barrier. The residual stream is stored by the blocks that
+ * update it (stages 2 and 4) and alternates between two buffers, so that no stage reads what
+ * another block of it writes; the LayerNorms read it alone (every block reads the whole of it,
+ * and 132 blocks reading the heads' parts as well took 2-3 us of the LayerNorm). The numerics are
  * those of the unfused ops (f32 products, LayerNorm statistics in double as norm.cu computes
  * them, every f32 step of the residual and the norm rounded separately), except that the
  * out-projection is summed by heads.
@@ -47,13 +50,12 @@
 
 #define TR_THREADS 512
 #define TR_WARPS (TR_THREADS / 32)
-#define TR_MAX_PARTS GPU_TR_MAX_HEADS
 // Stage 2's items per (row, head) at most, each d / split (a multiple of 32) out-projection rows.
 // Every item walks the head's whole ring, so more items cost L2 reads and save out-projection
 // rows: one stream's step (8 heads on 132 SMs, 128 items) took a few us less with 16 than with 4
 // (H200, two rounds each: strict 0.430-0.434 / 0.382-0.385 ms against 0.437-0.445 /
 // 0.390-0.394, the eager transformer 192 -> 187 us in encode and unchanged in decode).
-#define TR_MAX_SPLIT_WO 16
+#define TR_MAX_SPLIT_WO GPU_TR_MAX_SPLIT_WO
 static_assert(GPU_TR_MAX_ROWS <= TR_WARPS, "tr_layernorm: a warp per row");
 static_assert(GPU_TR_MAX_D <= TR_THREADS, "tr_layernorm, tr_chan_load: a thread per channel");
 
@@ -142,52 +144,42 @@ static __device__ void tr_linear(const struct tr_lin &L, const float *W, const f
 // ---- LayerNorm ----
 
 // A LayerNorm's vectors at this thread's channel (threadIdx.x; d <= TR_THREADS, so a thread has
-// at most one): weight, bias and the layer scale of the residual add before it, loaded with the
-// stage's weights between a barrier's arrival and its wait instead of after the statistics.
+// at most one): weight and bias, loaded with the stage's weights between a barrier's arrival and
+// its wait instead of after the statistics.
 struct tr_chan {
-    float w, b, scale;
+    float w, b;
 };
 
-static __device__ __forceinline__ struct tr_chan tr_chan_load(const float *w, const float *b, const float *scale, int d) {
-    struct tr_chan c = {0.0f, 0.0f, 0.0f};
+static __device__ __forceinline__ struct tr_chan tr_chan_load(const float *w, const float *b, int d) {
+    struct tr_chan c = {0.0f, 0.0f};
     const int i = threadIdx.x;
     if (i < d) {
         c.w = w[i];
         c.b = b[i];
-        if (scale) c.scale = scale[i];
     }
     return c;
 }
 
-// hs (S, d) = LayerNorm(x_new) * ch.w + ch.b, x_new[s, i] = x[s * xs + i * xi] (+ ch.scale *
-// y[s, i] when y is set, y the sum of `parts` (S, d) parts part_stride apart, in order); block 0
-// stores x_new to x_out (S, d). Thread i < d gathers channel i of every row into hs; then warp s
-// takes row s's statistics as norm.cu's kernel does (lane l sums values l, l + 32, ... in
-// double, then the warp's butterfly), so that both give the same bits, with one block barrier
-// between the gather and the statistics and one after them.
+// hs (S, d) = LayerNorm(x) * ch.w + ch.b, x[s, i] at x[s * xs + i * xi]; block 0 stores x to
+// x_out (S, d) when it is set. Thread i < d gathers channel i of every row into hs; then warp s
+// takes row s's statistics as norm.cu's kernel does (lane l sums values l, l + 32, ... in double,
+// then the warp's butterfly), so that both give the same bits, with one block barrier between the
+// gather and the statistics and one after them.
 template <int MAXS>
-static __device__ void tr_layernorm(const float *x, int xs, int xi, const float *y, int parts, size_t part_stride,
-                                    const struct tr_chan &ch, float eps, int S, int d, float *hs, float *x_out) {
+static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct tr_chan &ch, float eps, int S, int d,
+                                    float *hs, float *x_out) {
     __shared__ float mean[MAXS], inv[MAXS];
     const int t = threadIdx.x, warp = t / 32, lane = t % 32;
     if (t < d) {
+        float v[MAXS];  // every row's load issued before the first store
+#pragma unroll
+        for (int s = 0; s < MAXS; s++)
+            if (s < S) v[s] = x[(size_t)s * xs + (size_t)t * xi];
 #pragma unroll
         for (int s = 0; s < MAXS; s++) {
             if (s >= S) break;
-            float v = x[(size_t)s * xs + (size_t)t * xi];
-            if (y) {  // every part's load issued before the first add
-                float yp[TR_MAX_PARTS];
-#pragma unroll
-                for (int p = 0; p < TR_MAX_PARTS; p++)
-                    if (p < parts) yp[p] = y[p * part_stride + (size_t)s * d + t];
-                float ys = yp[0];
-#pragma unroll
-                for (int p = 1; p < TR_MAX_PARTS; p++)
-                    if (p < parts) ys = __fadd_rn(ys, yp[p]);
-                v = __fadd_rn(v, __fmul_rn(ch.scale, ys));
-            }
-            hs[(size_t)s * d + t] = v;
-            if (blockIdx.x == 0 && x_out) x_out[(size_t)s * d + t] = v;
+            hs[(size_t)s * d + t] = v[s];
+            if (blockIdx.x == 0 && x_out) x_out[(size_t)s * d + t] = v[s];
         }
     }
     __syncthreads();
@@ -324,10 +316,13 @@ static __device__ void tr_new_int8(const struct op_attention &a, const struct op
 // per key as the one-pass kernel, the halves and warps merged in a fixed order), and item k
 // projects the head's output through out_proj rows [k d / split, (k + 1) d / split) of the
 // head's columns (wo, staged by tr_stage_wo): ypart[h] rows r * steps + s, (d) each. The
-// out-projection is the sum of the heads' parts, added in head order by the next stage.
+// out-projection is the sum of the heads' parts: the last of the n_heads items of (r, k) to
+// finish (counters[r * split + k], zero before and after) adds them in head order to the slice's
+// rows of x: x_out = x + scale1 * y, the unfused residual add's arithmetic.
 template <typename T>
 static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split, int item,
-                                 const struct tr_rows &rw, float *wo, float *ypart) {
+                                 const struct tr_rows &rw, float *wo, float *ypart, const float *x, float *x_out,
+                                 uint32_t *counters) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
     __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
@@ -400,6 +395,35 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
                 for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
         }
     }
+    // the block's parts stored (block barrier), published (fence) and counted; the last item reads
+    // the others' from L2
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t *c = counters + r * split + item % split;
+        __threadfence();
+        last = atomicAdd(c, 1u) == (unsigned)a.n_heads - 1;
+        if (last) {
+            *c = 0;
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    if (last)
+        for (int e = threadIdx.x; e < steps * rows; e += blockDim.x) {
+            const int j = j0 + e % rows;
+            const size_t at = ((size_t)r * steps + e / rows) * d + j;
+            float yp[GPU_TR_MAX_HEADS];  // every part's load issued before the first add
+#pragma unroll
+            for (int p = 0; p < GPU_TR_MAX_HEADS; p++)
+                if (p < a.n_heads) yp[p] = __ldcg(ypart + p * S * d + at);
+            const float xv = __ldcg(x + at), sc = w.scale1[j];
+            float ys = yp[0];
+#pragma unroll
+            for (int p = 1; p < GPU_TR_MAX_HEADS; p++)
+                if (p < a.n_heads) ys = __fadd_rn(ys, yp[p]);
+            x_out[at] = __fadd_rn(xv, __fmul_rn(sc, ys));
+        }
 }
 
 // ---- the kernel ----
@@ -410,6 +434,37 @@ static __device__ void tr_store_rows(const struct tr_lin &L, const float *outv, 
     for (int e = threadIdx.x; e < n * S; e += blockDim.x) {
         const int i = e / S, s = e - i * S;
         dst[(size_t)s * ld + row0 + i] = gelu ? gelu_f(outv[e]) : outv[e];
+    }
+}
+
+// Stage 4's residual add for the block's rows of linear2: x_out[s, row0 + i] = x[s, row0 + i] +
+// scale[row0 + i] * outv[i * S + s] (the unfused residual add's arithmetic). A thread's first
+// element's x and scale are requested before the linear (tr_resid_load), the rest, if any, where
+// they are used.
+struct tr_resid {
+    float x, scale;
+};
+
+static __device__ __forceinline__ struct tr_resid tr_resid_load(const struct tr_lin &L, int S, int d, const float *x,
+                                                                const float *scale) {
+    const int row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0)), e = threadIdx.x;
+    struct tr_resid r = {0.0f, 0.0f};
+    if (e < n * S) {
+        const int i = e / S, s = e - i * S;
+        r.x = __ldcg(x + (size_t)s * d + row0 + i);
+        r.scale = scale[row0 + i];
+    }
+    return r;
+}
+
+static __device__ void tr_store_resid(const struct tr_lin &L, const float *outv, int S, int d, const float *x,
+                                      const float *scale, const struct tr_resid &first, float *x_out) {
+    const int row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0));
+    for (int e = threadIdx.x; e < n * S; e += blockDim.x) {
+        const int i = e / S, s = e - i * S;
+        const size_t at = (size_t)s * d + row0 + i;
+        const bool mine = e == (int)threadIdx.x;
+        x_out[at] = __fadd_rn(mine ? first.x : __ldcg(x + at), __fmul_rn(mine ? first.scale : scale[row0 + i], outv[e]));
     }
 }
 
@@ -429,7 +484,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
     unsigned stage = 0;  // barriers passed
     float4 wv[4] = {};
     tr_load(A.qkv, A.layers[0].in_proj, wv);
-    struct tr_chan ch = tr_chan_load(A.layers[0].norm1_w, A.layers[0].norm1_b, NULL, d);
+    struct tr_chan ch = tr_chan_load(A.layers[0].norm1_w, A.layers[0].norm1_b, d);
     for (int r = threadIdx.x; r < a.R; r += blockDim.x) {
         const int slot = a.row_slot[r];
         rw.slot[r] = slot;
@@ -447,15 +502,13 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         }
     int cur = 0;  // t.x[cur]: the residual stream
     const int items = a.R * a.n_heads * A.split_wo, wo_rows = d / A.split_wo;
-    const size_t ystride = (size_t)S * d;  // between the heads' parts of the out-projection
     for (int l = 0; l < n_layers; l++) {
         const struct op_tr_layer &w = A.layers[l];
-        // 1. LN1 (after x += scale2 * y of the layer before), qkv, rotation and ring store
+        // 1. LN1, qkv, rotation and ring store
         if (l == 0) {
-            tr_layernorm<MAXS>(t.in, 1, S, NULL, 0, 0, ch, t.eps, S, d, hs, t.x[0]);
+            tr_layernorm<MAXS>(t.in, 1, S, ch, t.eps, S, d, hs, t.x[0]);
         } else {
-            tr_layernorm<MAXS>(t.x[cur], d, 1, t.y, 1, 0, ch, t.eps, S, d, hs, t.x[cur ^ 1]);
-            cur ^= 1;
+            tr_layernorm<MAXS>(t.x[cur], d, 1, ch, t.eps, S, d, hs, NULL);
         }
         tr_linear<MAXS>(A.qkv, w.in_proj, hs, S, wv, red, outv);
         tr_store_qkv<T>(a, w, A.qkv, rw, outv);
@@ -464,42 +517,46 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
             tr_stage_wo(w.out_proj, d, blockIdx.x / A.split_wo % a.n_heads, blockIdx.x % A.split_wo * wo_rows,
                         min(wo_rows, TR_WO_ROWS), wo);
         grid_wait(t.barrier, ++stage);
-        // 2. attention and out_proj, a block per (row, head) -> the heads' parts of y
+        // 2. attention and out_proj, a block per (row, head, slice) -> the heads' parts of y;
+        // x += scale1 * y
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
             if (item != blockIdx.x) {  // more items than blocks (a chip of few SMs)
                 __syncthreads();
                 tr_stage_wo(w.out_proj, d, item / A.split_wo % a.n_heads, item % A.split_wo * wo_rows,
                             min(wo_rows, TR_WO_ROWS), wo);
             }
-            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part);
+            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part, t.x[cur], t.x[cur ^ 1], t.barrier + 2);
         }
         grid_arrive(t.barrier);
         tr_load(A.ff1, w.linear1, wv);
-        ch = tr_chan_load(w.norm2_w, w.norm2_b, w.scale1, d);
+        ch = tr_chan_load(w.norm2_w, w.norm2_b, d);
         grid_wait(t.barrier, ++stage);
-        // 3. x += scale1 * y, LN2, gelu(linear1) -> ff
-        tr_layernorm<MAXS>(t.x[cur], d, 1, t.part, a.n_heads, ystride, ch, t.eps, S, d, hs, t.x[cur ^ 1]);
+        // 3. LN2, gelu(linear1) -> ff
         cur ^= 1;
+        tr_layernorm<MAXS>(t.x[cur], d, 1, ch, t.eps, S, d, hs, NULL);
         tr_linear<MAXS>(A.ff1, w.linear1, hs, S, wv, red, outv);
         tr_store_rows(A.ff1, outv, S, t.ff, f, true);
         grid_arrive(t.barrier);
         tr_load(A.ff2, w.linear2, wv);
         grid_wait(t.barrier, ++stage);
-        // 4. linear2 -> y (its input read where stage 3 stored it)
+        // 4. linear2 -> y (its input read where stage 3 stored it); x += scale2 * y for the
+        // block's rows (their x and scale2 requested first, used after the linear)
+        const struct tr_resid rs = tr_resid_load(A.ff2, S, d, t.x[cur], w.scale2);
         tr_linear<MAXS>(A.ff2, w.linear2, t.ff, S, wv, red, outv);
-        tr_store_rows(A.ff2, outv, S, t.y, d, false);
+        tr_store_resid(A.ff2, outv, S, d, t.x[cur], w.scale2, rs, t.x[cur ^ 1]);
+        cur ^= 1;
         grid_arrive(t.barrier);
         if (l + 1 < n_layers) {
             tr_load(A.qkv, A.layers[l + 1].in_proj, wv);
-            ch = tr_chan_load(A.layers[l + 1].norm1_w, A.layers[l + 1].norm1_b, w.scale2, d);
+            ch = tr_chan_load(A.layers[l + 1].norm1_w, A.layers[l + 1].norm1_b, d);
         }
         grid_wait(t.barrier, ++stage);
     }
-    // out (d, S) = x + scale2 * y of the last layer
-    const float *scale2 = A.layers[n_layers - 1].scale2, *x = t.x[cur];
+    // out (d, S): the last layer's x transposed
+    const float *x = t.x[cur];
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < S * d; e += gridDim.x * blockDim.x) {
         const int s = e / d, c = e - s * d;
-        t.out[(size_t)c * S + s] = __fadd_rn(x[e], __fmul_rn(scale2[c], t.y[e]));
+        t.out[(size_t)c * S + s] = x[e];
     }
     grid_exit(t.barrier);
 }
