@@ -22,11 +22,11 @@
  * Then out = x (transposed to (d, S)). Every block computes the LayerNorms itself (a few KB from
  * L2) instead of waiting for one more barrier. The residual stream is stored by the blocks that
  * update it (stages 2 and 4) and alternates between two buffers, so that no stage reads what
- * another block of it writes; the LayerNorms read it alone (every block reads the whole of it,
- * and 132 blocks reading the heads' parts as well took 2-3 us of the LayerNorm). The numerics are
- * those of the unfused ops (f32 products, LayerNorm statistics in double as norm.cu computes
- * them, every f32 step of the residual and the norm rounded separately), except that the
- * out-projection is summed by heads.
+ * another block of it writes; the LayerNorms read it alone (when they read x and y, or x and the
+ * eight heads' parts, in every block, one stream's transformer took 188 us of eager ops instead
+ * of 182-183; bench/results/gpu-h200-2026-12-05.md). The numerics are those of the unfused ops
+ * (f32 products, LayerNorm statistics in double as norm.cu computes them, every f32 step of the
+ * residual and the norm rounded separately), except that the out-projection is summed by heads.
  *
  * On an H200 (132 blocks) a stage takes 2-6 us and a barrier 1-2 us: one stream's transformer
  * went from 388 us of separately launched ops (eager) to about 200 us, 2 and 4 streams' from
