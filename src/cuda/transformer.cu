@@ -428,12 +428,12 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
 
 // ---- the kernel ----
 
-// dst[s, row0 + i] (row stride ld) = outv[i * S + s], through GELU when `gelu`.
-static __device__ void tr_store_rows(const struct tr_lin &L, const float *outv, int S, float *dst, int ld, bool gelu) {
+// Stage 3's end: dst[s, row0 + i] (row stride ld) = gelu(outv[i * S + s]).
+static __device__ void tr_store_gelu(const struct tr_lin &L, const float *outv, int S, float *dst, int ld) {
     const int row0 = blockIdx.x * L.rows, n = max(0, min(L.rows, L.J - row0));
     for (int e = threadIdx.x; e < n * S; e += blockDim.x) {
         const int i = e / S, s = e - i * S;
-        dst[(size_t)s * ld + row0 + i] = gelu ? gelu_f(outv[e]) : outv[e];
+        dst[(size_t)s * ld + row0 + i] = gelu_f(outv[e]);
     }
 }
 
@@ -535,7 +535,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         cur ^= 1;
         tr_layernorm<MAXS>(t.x[cur], d, 1, ch, t.eps, S, d, hs, NULL);
         tr_linear<MAXS>(A.ff1, w.linear1, hs, S, wv, red, outv);
-        tr_store_rows(A.ff1, outv, S, t.ff, f, true);
+        tr_store_gelu(A.ff1, outv, S, t.ff, f);
         grid_arrive(t.barrier);
         tr_load(A.ff2, w.linear2, wv);
         grid_wait(t.barrier, ++stage);
