@@ -1,0 +1,36 @@
+#!/bin/bash
+# The tr-wln builds on a device (bench/results/gpu-h200-2026-12-05.md); carry PACK (default
+# .gpu-carry/pack-l.tar.xz: w2, main's device code; a, b: the first tr-wln commits, built in
+# /tmp/build-x1 from a worktree at /tmp/wt-x; bs, ms: b and main with TR_STAMPS, probes).
+#   bash tr-wln-s61.sh   tests of TESTS (default "b a": the later ones only if the first's
+#                        test_gpu fails, or all with ALL_TESTS=1), then
+#                        ROUNDS (default "1 2 3") interleaved one-stream runs of VARIANTS (default
+#                        "w2 a b", strict), one round of bf16 and int8kv, the stage times of
+#                        PROBES (default "ms bs"), eager profiles of PROFILES (default "w2 b")
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
+R=$(pwd); [ -e /work/main ] || { mkdir -p /work; ln -s "$R" /work/main; }
+cd /work/main
+python3 -c "import tarfile; tarfile.open('${PACK:-.gpu-carry/pack-l.tar.xz}').extractall('.gpu-carry')" || echo unpack failed
+mkdir -p build-gpu/models; M=/work/main/build-gpu/models/native.safetensors
+.gpu-carry/w2/mimi-bench-gpu --write-model $M > /dev/null 2>&1 || echo write-model failed
+[ -e /tmp/wt-x ] || ln -s /work/main /tmp/wt-x
+mkdir -p /tmp/build-x1; ln -sfn /work/main/build-gpu/models /tmp/build-x1/models
+date -u +%FT%TZ
+set -- ${TESTS-b a}
+first=$1
+for V in "$@"; do
+  [ -z "$ALL_TESTS" ] && [ $V != $first ] && [ "$first_rc" = 0 ] && continue
+  timeout 200 .gpu-carry/$V/test_gpu > $OUT/test_gpu-$V.txt 2>&1; rc=$?; [ $V = $first ] && first_rc=$rc
+  echo "$V test_gpu rc $rc $(tail -1 $OUT/test_gpu-$V.txt)"; grep -A2 FAIL $OUT/test_gpu-$V.txt | head -20
+  for c in dev_speech_en dev_sweep_noise dev_long_en; do timeout 60 .gpu-carry/$V/test_golden $c native.safetensors all cuda > /tmp/golden.txt 2>&1; echo "$V golden $c rc $? $(tail -1 /tmp/golden.txt)"; cat /tmp/golden.txt >> $OUT/golden-$V.txt; done
+  timeout 40 .gpu-carry/$V/test_pocket cuda > /tmp/pocket.txt 2>&1; echo "$V pocket rc $? $(tail -1 /tmp/pocket.txt)"
+  date -u +%T
+done
+quick() { timeout 60 .gpu-carry/$1/mimi-bench-gpu --model $M --modes $2 --quick --max-streams 1 2>&1; }
+one() { quick $1 $2 | grep -E "one stream, ms|rror|==" | paste -sd" "; }
+V=${VARIANTS:-w2 a b}
+for r in ${ROUNDS:-1 2 3}; do for v in $V; do echo "== $v $r $(one $v strict)"; done; date -u +%T; done
+[ "${FAST:-1}" = 0 ] || for v in $V; do echo "== $v $(one $v bf16,int8kv)"; done
+for v in ${PROBES-ms bs}; do quick $v strict > $OUT/stamps-$v.txt; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
+for v in ${PROFILES-w2 b}; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --profile 1 --ops > $OUT/prof-$v.txt 2>&1; echo "prof $v rc $?"; grep -E "transformer  " $OUT/prof-$v.txt | head -4; done
+date -u +%FT%TZ
