@@ -7,15 +7,8 @@
 #                        ROUNDS (default "1 2 3") interleaved one-stream runs of VARIANTS (default
 #                        "w2 a b", strict), one round of bf16 and int8kv, the stage times of
 #                        PROBES (default "ms bs"), eager profiles of PROFILES (default "w2 b")
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
-R=$(pwd); [ -e /work/main ] || { mkdir -p /work; ln -s "$R" /work/main; }
-cd /work/main
-python3 -c "import tarfile; tarfile.open('${PACK:-.gpu-carry/pack-l.tar.xz}').extractall('.gpu-carry')" || echo unpack failed
-mkdir -p build-gpu/models; M=/work/main/build-gpu/models/native.safetensors
-.gpu-carry/w2/mimi-bench-gpu --write-model $M > /dev/null 2>&1 || echo write-model failed
-[ -e /tmp/wt-x ] || ln -s /work/main /tmp/wt-x
-mkdir -p /tmp/build-x1; ln -sfn /work/main/build-gpu/models /tmp/build-x1/models
-date -u +%FT%TZ
+PACK=${PACK:-.gpu-carry/pack-l.tar.xz} WRITER=w2 WT=/tmp/wt-x BUILD=/tmp/build-x1
+. "$(dirname "$0")/device-setup.sh"
 set -- ${TESTS-b a}
 first=$1
 for V in "$@"; do
