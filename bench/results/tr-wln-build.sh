@@ -8,7 +8,7 @@ set -e
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 [ -e /tmp/wt-x ] || git worktree add --detach /tmp/wt-x d13f9c1
 [ -e /tmp/build-x1/CMakeCache.txt ] || cmake -B /tmp/build-x1 -S /tmp/wt-x -DCMAKE_BUILD_TYPE=Release -DMIMI_WERROR=ON
-for vc in w2:bab2fc9 c:tr-wln cs:probe-cs d:tr-att2 d2:tr-att2-pf cd:tr-cd cds:probe-cds; do
+for vc in w2:bab2fc9 c:tr-wln cs:probe-cs e:tr-ff d:tr-att2 d2:tr-att2-pf cd:tr-cd cds:probe-cds cde:tr-cde; do
   v=${vc%%:*}; c=${vc#*:}
   git -C /tmp/wt-x checkout -q --detach "$c"
   case $v in w2|cs|cds) t="mimi-bench-gpu" ;; *) t="mimi-bench-gpu test_gpu test_golden test_pocket" ;; esac
@@ -20,7 +20,7 @@ done
 python3 - <<'PY'
 import tarfile
 with tarfile.open('.gpu-carry/pack-l3.tar.xz', 'w:xz') as t:
-    for v in ['c', 'd', 'd2', 'cd']:
+    for v in ['c', 'd', 'd2', 'cd', 'e', 'cde']:
         for f in ['mimi-bench-gpu', 'test_gpu', 'test_golden', 'test_pocket']: t.add(f'.gpu-carry/{v}/{f}', f'{v}/{f}')
     for v in ['w2', 'cs', 'cds']: t.add(f'.gpu-carry/{v}/mimi-bench-gpu', f'{v}/mimi-bench-gpu')
 PY
