@@ -621,7 +621,8 @@ static void emu_attention(const struct op_attention *a) {
 static void emu_transformer(const struct op_transformer *t) {
     const struct op_attention *base = &t->att;
     const int d = base->d, rows = base->R * base->steps, ff = t->d_ff;
-    float *h = malloc(sizeof(float) * (size_t)rows * d), *x = t->x[0], *qkv = base->qkv, *att = base->out;
+    float *h = malloc(sizeof(float) * (size_t)rows * d), *y = malloc(sizeof(float) * (size_t)rows * d);
+    float *x = t->x[0], *qkv = base->qkv, *att = base->out;
     emu_positions(base);
     emu_transpose(&(struct op_transpose){t->in, x, d, rows});
     emu_norm(&(struct op_norm){x, NULL, NULL, h, t->layers[0].norm1_w, t->layers[0].norm1_b, rows, d, NORM_LN, t->eps, 0});
@@ -633,18 +634,18 @@ static void emu_transformer(const struct op_transformer *t) {
         a.keys = w->keys, a.values = w->values, a.rope = 1;
         emu_attention(&a);
         emu_gemm(&(struct op_gemm){.transa = 1, .m = d, .n = rows, .k = d, .a = w->out_proj, .lda = d, .b = att,
-                                   .ldb = d, .c = t->y, .ldc = d});
-        emu_norm(&(struct op_norm){x, t->y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, t->eps, 0});
+                                   .ldb = d, .c = y, .ldc = d});
+        emu_norm(&(struct op_norm){x, y, w->scale1, h, w->norm2_w, w->norm2_b, rows, d, NORM_RESID_LN, t->eps, 0});
         emu_gemm(&(struct op_gemm){.transa = 1, .m = ff, .n = rows, .k = d, .a = w->linear1, .lda = d, .b = h,
                                    .ldb = d, .c = t->ff, .ldc = ff, .gelu = 1});
         emu_gemm(&(struct op_gemm){.transa = 1, .m = d, .n = rows, .k = ff, .a = w->linear2, .lda = ff, .b = t->ff,
-                                   .ldb = ff, .c = t->y, .ldc = d});
+                                   .ldb = ff, .c = y, .ldc = d});
         const int last = l + 1 == t->n_layers;
-        emu_norm(&(struct op_norm){x, t->y, w->scale2, h, last ? NULL : w[1].norm1_w, last ? NULL : w[1].norm1_b, rows,
+        emu_norm(&(struct op_norm){x, y, w->scale2, h, last ? NULL : w[1].norm1_w, last ? NULL : w[1].norm1_b, rows,
                                    d, last ? NORM_RESID : NORM_RESID_LN, t->eps, 0});
     }
     emu_transpose(&(struct op_transpose){x, t->out, rows, d});
-    free(h);
+    free(h), free(y);
 }
 
 static void emu_argmin(const struct op_argmin *a) {

@@ -511,7 +511,7 @@ struct op_transformer {
     struct op_attention att;  // qkv, positions, sizes (keys, values and out unused)
     const struct op_tr_layer *layers;  // (n_layers), host memory owned by the plan
     int n_layers, d_ff;
-    float *x[2], *y, *ff;  // residual stream (rows, d) twice, branch output (rows, d), (rows, d_ff)
+    float *x[2], *ff;      // residual stream (rows, d) twice, (rows, d_ff)
     float *part;           // (n_heads, rows, d): the heads' parts of the out-projection
     uint32_t *barrier;
     float eps;             // the LayerNorms'

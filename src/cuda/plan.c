@@ -929,7 +929,7 @@ static void plan_transformer_persistent(struct builder *B, const struct transfor
     }
     struct op_transformer *o = &emit(B, GOP_TRANSFORMER, "transformer")->u.transformer;
     *o = (struct op_transformer){in, out, *base, p->tr_layers, t->n_layers, t->d_ff,
-                                 {scratch(B, L->sc_x), scratch(B, L->sc_x2)}, scratch(B, L->sc_y), scratch(B, L->sc_ff),
+                                 {scratch(B, L->sc_x), scratch(B, L->sc_x2)}, scratch(B, L->sc_ff),
                                  scratch(B, L->sc_tr_part), (uint32_t *)scratch(B, L->sc_tr_barrier), 1e-5f};
 }
 

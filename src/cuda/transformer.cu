@@ -12,7 +12,7 @@
  * Stages of layer l (S = R * steps rows, d model width, f feed-forward width):
  *   1. h = LN1(x); qkv rows of this block = h . in_proj^T;
  *      q and k rotated, q stored, k and v stored into the slots' rings;
- *   2. a block per (row, head, slice of d: up to TR_MAX_SPLIT_WO as the SMs allow): softmax
+ *   2. a block per (row, head, slice of d: up to GPU_TR_MAX_SPLIT_WO as the SMs allow): softmax
  *      attention over the ring (the one-pass arithmetic of attention.cu), then the slice's rows
  *      of out_proj's head columns applied to the head's output -> that head's part of y; the
  *      last of a (row, slice)'s heads to finish (a counter) adds the heads' parts, in head order,
@@ -55,7 +55,6 @@
 // rows: one stream's step (8 heads on 132 SMs, 128 items) took a few us less with 16 than with 4
 // (H200, two rounds each: strict 0.430-0.434 / 0.382-0.385 ms against 0.437-0.445 /
 // 0.390-0.394, the eager transformer 192 -> 187 us in encode and unchanged in decode).
-#define TR_MAX_SPLIT_WO GPU_TR_MAX_SPLIT_WO
 static_assert(GPU_TR_MAX_ROWS <= TR_WARPS, "tr_layernorm: a warp per row");
 static_assert(GPU_TR_MAX_D <= TR_THREADS, "tr_layernorm, tr_chan_load: a thread per channel");
 
@@ -587,7 +586,7 @@ extern "C" int mimi_cuda_transformer(const struct op_transformer *t, struct gpu_
     A.t = *t;
     for (int l = 0; l < t->n_layers; l++) A.layers[l] = t->layers[l];
     A.split_wo = 1;
-    while (A.split_wo < TR_MAX_SPLIT_WO && a->R * a->n_heads * A.split_wo * 2 <= blocks &&
+    while (A.split_wo < GPU_TR_MAX_SPLIT_WO && a->R * a->n_heads * A.split_wo * 2 <= blocks &&
            d % (A.split_wo * 2 * 32) == 0)
         A.split_wo *= 2;
     A.qkv = lin_for(3 * d, d, blocks);
