@@ -4,7 +4,7 @@
 # /tmp/build-x1 from a worktree at /tmp/wt-x; bs, ms: b and main with TR_STAMPS, probes).
 #   bash tr-wln-s61.sh   tests of TESTS (default "b a": the later ones only if the first's
 #                        test_gpu fails, or all with ALL_TESTS=1), then
-#                        ROUNDS (default "1 2 3") interleaved one-stream runs of VARIANTS (default
+#                        ROUNDS (default "1 2 3"; set and empty: none) interleaved one-stream runs of VARIANTS (default
 #                        "w2 a b", strict), one round of bf16 and int8kv, the stage times of
 #                        PROBES (default "ms bs"), eager profiles of PROFILES (default "w2 b")
 PACK=${PACK:-.gpu-carry/pack-l.tar.xz} WRITER=w2 WT=/tmp/wt-x BUILD=/tmp/build-x1
@@ -22,7 +22,7 @@ done
 quick() { timeout 60 .gpu-carry/$1/mimi-bench-gpu --model $M --modes $2 --quick --max-streams 1 2>&1; }
 one() { quick $1 $2 | grep -E "one stream, ms|rror|==" | paste -sd" "; }
 V=${VARIANTS:-w2 a b}
-for r in ${ROUNDS:-1 2 3}; do for v in $V; do echo "== $v $r $(one $v strict)"; done; date -u +%T; done
+for r in ${ROUNDS-1 2 3}; do for v in $V; do echo "== $v $r $(one $v strict)"; done; date -u +%T; done
 [ "${FAST:-1}" = 0 ] || for v in $V; do echo "== $v $(one $v bf16,int8kv)"; done
 for v in ${PROBES-ms bs}; do quick $v strict > $OUT/stamps-$v.txt; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
 for v in ${PROFILES-w2 b}; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --profile 1 --ops > $OUT/prof-$v.txt 2>&1; echo "prof $v rc $?"; grep -E "transformer  " $OUT/prof-$v.txt | head -4; done
