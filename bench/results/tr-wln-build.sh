@@ -11,7 +11,7 @@ TESTED="c d d2 cd e cde z p zp nc na"   # built with the tests; the others with 
 [ -e /tmp/wt-x ] || git worktree add --detach /tmp/wt-x d13f9c1
 [ -e /tmp/build-x1/CMakeCache.txt ] || cmake -B /tmp/build-x1 -S /tmp/wt-x -DCMAKE_BUILD_TYPE=Release -DMIMI_WERROR=ON
 for vc in w2:bab2fc9 c:tr-wln cs:probe-cs e:tr-ff d:tr-att2 d2:tr-att2-pf cd:tr-cd cds:probe-cds cde:tr-cde \
-          z:step-mapped p:direct-ep zp:step-ep nc:next-cde na:next-all; do
+          z:step-mapped p:direct-ep zp:step-ep nc:next-cde na:next-all ds:probe-ds; do
   v=${vc%%:*}; c=$(git rev-parse "${vc#*:}")
   if [ "$(cat .gpu-carry/$v/commit 2>/dev/null)" = "$c" ]; then echo "kept $v ($c)"; continue; fi
   git -C /tmp/wt-x checkout -q --detach "$c"
@@ -28,6 +28,6 @@ tested = os.environ['TESTED'].split()
 with tarfile.open(os.environ['PACK'], 'w:xz') as t:
     for v in tested:
         for f in ['mimi-bench-gpu', 'test_gpu', 'test_golden', 'test_pocket']: t.add(f'.gpu-carry/{v}/{f}', f'{v}/{f}')
-    for v in ['w2', 'cs', 'cds']: t.add(f'.gpu-carry/{v}/mimi-bench-gpu', f'{v}/mimi-bench-gpu')
+    for v in ['w2', 'cs', 'cds', 'ds']: t.add(f'.gpu-carry/{v}/mimi-bench-gpu', f'{v}/mimi-bench-gpu')
 PY
 ls -la "$PACK"

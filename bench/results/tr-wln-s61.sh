@@ -24,6 +24,6 @@ one() { quick $1 $2 | grep -E "one stream, ms|rror|==" | paste -sd" "; }
 V=${VARIANTS:-w2 a b}
 for r in ${ROUNDS-1 2 3}; do for v in $V; do echo "== $v $r $(one $v strict)"; done; date -u +%T; done
 [ "${FAST:-1}" = 0 ] || for v in $V; do echo "== $v $(one $v bf16,int8kv)"; done
-for v in ${PROBES-ms bs}; do quick $v strict > $OUT/stamps-$v.txt; echo "stamps $v rc $?"; grep tr-stamps $OUT/stamps-$v.txt | tail -4; done
+for v in ${PROBES-ms bs}; do quick $v strict > $OUT/stamps-$v.txt; echo "stamps $v rc $?"; grep -E "tr-stamps|ds-stamps" $OUT/stamps-$v.txt | tail -30; done
 for v in ${PROFILES-w2 b}; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --profile 1 --ops > $OUT/prof-$v.txt 2>&1; echo "prof $v rc $?"; grep -E "transformer  " $OUT/prof-$v.txt | head -4; done
 date -u +%FT%TZ
