@@ -7,12 +7,12 @@
 set -e
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 PACK=${PACK:-.gpu-carry/pack-l4.tar.xz}
-TESTED="c d d2 cd e cde z p zp nc na k kp nak"   # built with the tests; the others with the benchmark only
+TESTED="c d d2 cd e cde z p zp nc na k kp nak l"   # built with the tests; the others with the benchmark only
 [ -e /tmp/wt-x ] || git worktree add --detach /tmp/wt-x d13f9c1
 [ -e /tmp/build-x1/CMakeCache.txt ] || cmake -B /tmp/build-x1 -S /tmp/wt-x -DCMAKE_BUILD_TYPE=Release -DMIMI_WERROR=ON
 for vc in w2:bab2fc9 c:tr-wln cs:probe-cs e:tr-ff d:tr-att2 d2:tr-att2-pf cd:tr-cd cds:probe-cds cde:tr-cde \
           z:step-mapped p:direct-ep zp:step-ep nc:next-cde na:next-all ds:probe-ds \
-          k:seanet-chain kp:chain-ep nak:next-all-k; do
+          k:seanet-chain kp:chain-ep nak:next-all-k l:l2-prefetch; do
   v=${vc%%:*}; c=$(git rev-parse "${vc#*:}")
   if [ "$(cat .gpu-carry/$v/commit 2>/dev/null)" = "$c" ]; then echo "kept $v ($c)"; continue; fi
   git -C /tmp/wt-x checkout -q --detach "$c"
