@@ -536,7 +536,7 @@ static float *stage_tail(struct builder *B, float *dst, int C, int P) {
 // Blocks a direct conv aims for (about four per SM of an H200), and the reduction indices one
 // block takes at most (two staged slices of the kernel, direct.cuh); the reduction is split over
 // blocks to get there.
-#define DIRECT_CONV_BLOCKS 528
+#define DIRECT_CONV_BLOCKS 264
 #define DIRECT_CONV_CHUNK 256
 
 // Below DIRECT_CONV_MIN_COLS columns most lanes of a direct block would idle: im2col and the
@@ -550,7 +550,7 @@ static int direct_conv(int cols, double macs) { return cols >= DIRECT_CONV_MIN_C
 static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_out, int phases) {
     const long tiles = (long)((cols + 31) / 32) * ((c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * phases;
     const long outputs = (long)cols * c_out * phases;
-    long s = (DIRECT_CONV_BLOCKS + tiles - 1) / tiles;
+    long s = DIRECT_CONV_BLOCKS / tiles;
     if (s < (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK) s = (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK;
     if (s > KK / 64) s = KK / 64;  // at least 8 indices per warp
     while (s > 1 && (s * outputs > GPU_CONV_PART_FLOATS || tiles > GPU_CONV_COUNTERS)) s--;
