@@ -773,6 +773,8 @@ struct emu_batch {
 
 // The *_mma kernels' threshold for the plans emu_create builds (-1: the layout's own).
 static long emu_mma_min_cols = -1;
+// The blocks a direct conv of those plans aims for (0: the layout's own).
+static int emu_direct_blocks = 0;
 
 // A batch of `capacity` slots whose step advances each listed slot by `frames` frames.
 static void emu_create(struct emu_batch *e, const struct mimi_model *m, const struct gpu_weights *w,
@@ -780,6 +782,7 @@ static void emu_create(struct emu_batch *e, const struct mimi_model *m, const st
     memset(e, 0, sizeof *e);
     CHECK_EQ(gpu_layout_init(&e->L, m, direction, capacity, N_Q, attention, frames), MIMI_OK);
     if (emu_mma_min_cols >= 0) e->L.mma_min_cols = emu_mma_min_cols;
+    if (emu_direct_blocks > 0) e->L.direct_blocks = emu_direct_blocks;
     e->state = calloc(e->L.slot_elems * capacity, sizeof(float));
     e->scratch = calloc(e->L.scratch_elems, sizeof(float));
     for (int R = 1; R <= capacity; R++)
@@ -1479,6 +1482,63 @@ static void test_bf16_rings(const float *clip, size_t f32_slot_elems, int precis
     mimi_model_destroy(m);
 }
 
+// The blocks of a plan's direct convs (op_conv and op_convtr_direct, as direct_launch grids
+// them): the largest grid, and the direct convs counted.
+static long direct_grid_max(const struct gpu_plan *p, int *n) {
+    long most = 0;
+    *n = 0;
+    for (int i = 0; i < p->n_ops; i++) {
+        const struct gpu_op *op = &p->ops[i];
+        long blocks;
+        if (op->kind == GOP_CONV && !op->u.conv.narrow) {
+            const struct op_conv *c = &op->u.conv;
+            blocks = (long)((c->in.R * (c->in.T / c->in.S) + 31) / 32) *
+                     ((c->c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * c->split.splits;
+        } else if (op->kind == GOP_CONVTR_DIRECT) {
+            const struct op_convtr_direct *c = &op->u.convtr_direct;
+            blocks = (long)((c->tr.R * (c->tr.T + 1) + 31) / 32) *
+                     ((c->tr.c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * c->tr.S * c->split.splits;
+        } else {
+            continue;
+        }
+        ++*n;
+        if (blocks > most) most = blocks;
+    }
+    return most;
+}
+
+// One stream's direct convs fill the chip in one wave: none has more blocks than the layout's
+// direct_blocks (two an SM of 132). On a smaller chip (16 SMs) their reductions are split less
+// and the steps still agree with the CPU backend.
+static void test_direct_waves(struct mimi_model *model, const struct gpu_weights *w, const float *clip) {
+    for (int k = 0; k < 2; k++) {
+        emu_direct_blocks = k ? GPU_DIRECT_PER_SM * 16 : 0;
+        struct emu_batch enc, dec;
+        emu_create(&enc, model, w, MIMI_DIRECTION_ENCODE, 1, MIMI_ATTENTION_RING, 1);
+        emu_create(&dec, model, w, MIMI_DIRECTION_DECODE, 1, MIMI_ATTENTION_RING, 1);
+        CHECK_EQ(enc.L.direct_blocks, k ? GPU_DIRECT_PER_SM * 16 : GPU_DIRECT_PER_SM * GPU_DIRECT_SMS);
+        int ne, nd;
+        const long me = direct_grid_max(&enc.plans[1], &ne), md = direct_grid_max(&dec.plans[1], &nd);
+        printf("  direct convs of one row, %d blocks aimed at: encode %d (at most %ld blocks), decode %d (%ld)\n",
+               enc.L.direct_blocks, ne, me, nd, md);
+        CHECK(ne >= 10 && nd >= 10);
+        if (!k) CHECK(me <= enc.L.direct_blocks && md <= dec.L.direct_blocks);
+        if (k) {
+            struct mimi_batch *cenc = NULL, *cdec = NULL;
+            cpu_pair(model, 1, &cenc, &cdec);
+            struct agreement agree = {0};
+            const int slot = 0;
+            for (int f = 0; f < FRAMES; f++) step_both(&enc, &dec, cenc, cdec, 1, &slot, clip + (size_t)f * 1920, &agree);
+            agreement_check(&agree, "one row, direct convs for 16 SMs, vs CPU");
+            mimi_batch_destroy(cenc);
+            mimi_batch_destroy(cdec);
+        }
+        emu_destroy(&enc);
+        emu_destroy(&dec);
+    }
+    emu_direct_blocks = 0;
+}
+
 // ---- the test ----
 
 // Parts (the first argument; none: both), run by ctest as two tests of about equal length so
@@ -1516,6 +1576,7 @@ int main(int argc, char **argv) {
     }
     if (small) {
         test_cpu_async(model, clip);
+        test_direct_waves(model, &w, clip);
         test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_BF16_KV);
         test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_BF16);
         test_bf16_rings(clip, enc.L.slot_elems, MIMI_PRECISION_FAST_INT8_KV);

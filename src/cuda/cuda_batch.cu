@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/common.cuh"
 #include "cuda/cuda_batch.cuh"
 
 // ---- plans ----
@@ -184,6 +185,7 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
     if (!rc) b->gpu->tap_frames = frames;
     pthread_mutex_lock(&setup_lock);
     if (!rc) rc = setup_device(b, m->precision);
+    if (!rc && device_sms() > 0) b->gpu->L.direct_blocks = GPU_DIRECT_PER_SM * device_sms();  // one wave
     if (!rc) rc = build_plans(b, all_buckets);
     if (rc && b) batch_free(b);
     pthread_mutex_unlock(&setup_lock);

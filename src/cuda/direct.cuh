@@ -134,7 +134,7 @@ static __device__ __forceinline__ void direct_epilogue(const G &g, int o, int ph
 }
 
 template <class G>
-static __global__ void __launch_bounds__(32 * DIRECT_WARPS, 2) direct_kernel(const G g) {
+static __global__ void __launch_bounds__(32 * DIRECT_WARPS, GPU_DIRECT_PER_SM) direct_kernel(const G g) {
     static_assert(DIRECT_TO % DIRECT_WARPS == 0 && DIRECT_TO % 4 == 0, "channels split evenly over the warps");
     extern __shared__ float4 direct_smem[];
     float *ws = (float *)direct_smem, *xs = ws + DIRECT_KC * DIRECT_TO;  // (kc, DIRECT_TO), (kc, 32)

@@ -47,6 +47,11 @@ struct gpu_exec {
 // them in part order, so the result does not depend on timing; `counters` (one per tile) are
 // zero before and after.
 #define GPU_DIRECT_CHANNELS 32
+// Blocks of a direct kernel resident on one SM (its launch bounds; about 110 registers of 256
+// threads and 32 KB of shared memory a block), and the SMs a plan assumes when it is built without
+// a device (the plan tests): an H100's or H200's 132.
+#define GPU_DIRECT_PER_SM 2
+#define GPU_DIRECT_SMS 132
 #define GPU_CONV_PART_FLOATS (1 << 20)
 #define GPU_CONV_COUNTERS 2048
 struct gpu_split {

@@ -360,6 +360,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     struct col_need col = {0, 0, 0};
     L->conv_bf16 = gpu_bf16_products(m->precision);
     L->mma_min_cols = GPU_MMA_MIN_COLS;
+    L->direct_blocks = GPU_DIRECT_PER_SM * GPU_DIRECT_SMS;
     const size_t conv_state = take(&u, 0);  // a slot's conv histories and tails start here
     int T = encode ? L->frame : L->steps;
     for (int i = 0; i < sn->n_layers; i++) {
@@ -533,10 +534,8 @@ static float *stage_tail(struct builder *B, float *dst, int C, int P) {
 // Larger ones go to im2col + cuBLAS, whose products run near the chip's f32 rate; the direct
 // kernel (CUDA cores, staged through shared memory) does not.
 #define DIRECT_CONV_MAX_MACS (1 << 26)
-// Blocks a direct conv aims for (about four per SM of an H200), and the reduction indices one
-// block takes at most (two staged slices of the kernel, direct.cuh); the reduction is split over
-// blocks to get there.
-#define DIRECT_CONV_BLOCKS 264
+// The reduction indices one block of a direct conv takes at most (two staged slices of the
+// kernel, direct.cuh).
 #define DIRECT_CONV_CHUNK 256
 
 // Below DIRECT_CONV_MIN_COLS columns most lanes of a direct block would idle: im2col and the
@@ -545,12 +544,14 @@ static float *stage_tail(struct builder *B, float *dst, int C, int P) {
 static int direct_conv(int cols, double macs) { return cols >= DIRECT_CONV_MIN_COLS && macs <= DIRECT_CONV_MAX_MACS; }
 
 // Splits a direct kernel's reduction of KK indices over `cols` columns, c_out channels and
-// `phases` phases so that the chip has enough blocks and each stages a bounded slice, within the
-// scratch for the parts' sums and the tile counters.
+// `phases` phases so that its blocks fill the chip in one wave (L->direct_blocks) and each stages
+// a bounded slice, within the scratch for the parts' sums and the tile counters. Aiming at two
+// waves (528 blocks on 132 SMs) left the encoder's strided convs 6.5-9 us each of blocks
+// waiting for the first wave to end, and one stream's step 5-19 us slower (H100, 2026-12-05).
 static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_out, int phases) {
     const long tiles = (long)((cols + 31) / 32) * ((c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * phases;
     const long outputs = (long)cols * c_out * phases;
-    long s = DIRECT_CONV_BLOCKS / tiles;
+    long s = B->L->direct_blocks / tiles;
     if (s < (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK) s = (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK;
     if (s > KK / 64) s = KK / 64;  // at least 8 indices per warp
     while (s > 1 && (s * outputs > GPU_CONV_PART_FLOATS || tiles > GPU_CONV_COUNTERS)) s--;

@@ -92,6 +92,9 @@ struct gpu_layout {
     // FAST_BF16's *_mma SEANet kernels take a layer of at least this many columns (R*T of its
     // input): GPU_MMA_MIN_COLS, which tests lower to plan them at small capacities
     long mma_min_cols;
+    // The blocks a direct conv aims for: one wave, GPU_DIRECT_PER_SM on each of the device's SMs
+    // (set by the batch from its device; GPU_DIRECT_SMS's otherwise)
+    int direct_blocks;
     size_t slot_elems;
     size_t st_next_pos, st_started, st_positions, st_resample;
     size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];
