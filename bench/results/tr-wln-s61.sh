@@ -11,7 +11,7 @@
 #                        limit; one that did not print its times without an error is listed in
 #                        $OUT/smoke-failed and its tests are skipped (a kernel whose grid barrier
 #                        never opens would hold each test to its limit).
-PACK=${PACK:-.gpu-carry/pack-l.tar.xz} WRITER=w2 WT=/tmp/wt-x BUILD=/tmp/build-x1
+PACK=${PACK:-.gpu-carry/pack-l.tar.xz} WRITER=${WRITER:-w2} WT=/tmp/wt-x BUILD=/tmp/build-x1
 . "$(dirname "$0")/device-setup.sh"
 for V in $SMOKE; do
   timeout 30 .gpu-carry/$V/mimi-bench-gpu --model $M --modes strict --quick --max-streams 1 > $OUT/smoke-$V.txt 2>&1
