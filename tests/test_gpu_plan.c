@@ -1492,12 +1492,10 @@ static long direct_grid_max(const struct gpu_plan *p, int *n) {
         long blocks;
         if (op->kind == GOP_CONV && !op->u.conv.narrow) {
             const struct op_conv *c = &op->u.conv;
-            blocks = (long)((c->in.R * (c->in.T / c->in.S) + 31) / 32) *
-                     ((c->c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * c->split.splits;
+            blocks = gpu_direct_tiles(c->in.R * (c->in.T / c->in.S), c->c_out, 1) * c->split.splits;
         } else if (op->kind == GOP_CONVTR_DIRECT) {
             const struct op_convtr_direct *c = &op->u.convtr_direct;
-            blocks = (long)((c->tr.R * (c->tr.T + 1) + 31) / 32) *
-                     ((c->tr.c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * c->tr.S * c->split.splits;
+            blocks = gpu_direct_tiles(c->tr.R * (c->tr.T + 1), c->tr.c_out, c->tr.S) * c->split.splits;
         } else {
             continue;
         }

@@ -185,7 +185,8 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
     if (!rc) b->gpu->tap_frames = frames;
     pthread_mutex_lock(&setup_lock);
     if (!rc) rc = setup_device(b, m->precision);
-    if (!rc && device_sms() > 0) b->gpu->L.direct_blocks = GPU_DIRECT_PER_SM * device_sms();  // one wave
+    const int sms = rc ? 0 : device_sms();
+    if (sms > 0) b->gpu->L.direct_blocks = GPU_DIRECT_PER_SM * sms;  // a direct conv's one wave
     if (!rc) rc = build_plans(b, all_buckets);
     if (rc && b) batch_free(b);
     pthread_mutex_unlock(&setup_lock);

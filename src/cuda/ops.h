@@ -52,6 +52,11 @@ struct gpu_exec {
 // a device (the plan tests): an H100's or H200's 132.
 #define GPU_DIRECT_PER_SM 2
 #define GPU_DIRECT_SMS 132
+// A direct kernel's tiles over `cols` columns, c_out channels and `phases` phases; its grid is
+// tiles x splits blocks.
+static inline long gpu_direct_tiles(int cols, int c_out, int phases) {
+    return (long)((cols + 31) / 32) * ((c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * phases;
+}
 #define GPU_CONV_PART_FLOATS (1 << 20)
 #define GPU_CONV_COUNTERS 2048
 struct gpu_split {

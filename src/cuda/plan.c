@@ -549,7 +549,7 @@ static int direct_conv(int cols, double macs) { return cols >= DIRECT_CONV_MIN_C
 // waves (528 blocks on 132 SMs) left the encoder's strided convs 6.5-9 us each of blocks
 // waiting for the first wave to end, and one stream's step 5-19 us slower (H100, 2026-12-05).
 static struct gpu_split direct_split(struct builder *B, int KK, int cols, int c_out, int phases) {
-    const long tiles = (long)((cols + 31) / 32) * ((c_out + GPU_DIRECT_CHANNELS - 1) / GPU_DIRECT_CHANNELS) * phases;
+    const long tiles = gpu_direct_tiles(cols, c_out, phases);
     const long outputs = (long)cols * c_out * phases;
     long s = B->L->direct_blocks / tiles;
     if (s < (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK) s = (KK + DIRECT_CONV_CHUNK - 1) / DIRECT_CONV_CHUNK;
