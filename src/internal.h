@@ -150,7 +150,7 @@ void mimi_model_free(struct mimi_model *m);
 
 // The bfloat16 nearest to x (round to nearest even, NaN kept a quiet NaN), as its bits: the
 // rounding of __float2bfloat16_rn on the GPU, used for the CPU's packed bf16 weights and the
-// GPU's bf16 weights (src/cuda/plan.c). Defined in src/cpu/pack.c.
+// GPU's bf16 weights (src/cuda/weights.c). Defined in src/cpu/pack.c.
 uint16_t mimi_to_bf16(float x);
 
 // Formats a message and sends it to the model's log callback (no-op when none is set).

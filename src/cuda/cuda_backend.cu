@@ -2,7 +2,8 @@
  * cuda_backend.cu - the CUDA backend's device handling: device discovery, the mapping of CUDA
  * failures to MIMI_EDEVICE (never an abort), and the one upload of a model's weights to the
  * device, shared by all its batches. The model keeps its host copy (src/model.c).
- * Batches are in cuda_batch.cu, the ops in the other .cu files, the plans in plan.c.
+ * Batches are in cuda_batch.cu, the ops in the other .cu files, the plans in plan.c and the
+ * weights' forms they read in weights.c.
  */
 #include <cuda_runtime.h>
 #include <stdlib.h>

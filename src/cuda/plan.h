@@ -20,6 +20,18 @@
 // Row stride of a conv weight with its bias column: k = c_in*K + 1 rounded up to 4 floats.
 int gpu_conv_ld(int k);
 
+// MIMI_PRECISION_FAST_BF16 runs a conv's product on bfloat16 operands when it reduces over at
+// least this many values (c_in*K): below, as in the first conv (7 taps of one channel), the
+// product is bound by its f32 output and bf16 would only round the signal.
+#define GPU_BF16_MIN_REDUCTION 64
+// The row stride of a bf16 conv weight with its bias column, and so the rows of its im2col: a
+// multiple of 8 values, for cuBLAS's 16-byte aligned bf16 kernels.
+int gpu_conv_ld_bf16(int k);
+
+// The geometry the plans cover: MIMI_OK, or MIMI_EUNSUPPORTED with the first thing they do not
+// cover logged on the model.
+int gpu_check_model(const struct mimi_model *m);
+
 // One SEANet layer's weights: a conv with its bias as an extra column (c_out, gpu_conv_ld(c_in*K + 1)), a
 // dense transposed conv packed (c_out*K, c_in) with its bias `b`, or a depthwise one (c, K);
 // `w2` is a resblock's 1x1 conv with its bias column (c, hidden + 1); `w1t` and `w2t` are a
