@@ -11,7 +11,7 @@ PACK=${PACK:-.gpu-carry/pack-l4.tar.xz}
 # BENCH (the benchmark-only builds the archive takes) default to the tr-wln run's.
 TESTED=${TESTED-"c d d2 cd e cde z p zp nc na k kp nak l"}
 BENCH=${BENCH-"w2 cs cds ds"}
-[ -e /tmp/wt-x ] || git worktree add --detach /tmp/wt-x d13f9c1
+[ -e /tmp/wt-x ] || { git worktree prune; git worktree add --detach /tmp/wt-x d13f9c1; }
 [ -e /tmp/build-x1/CMakeCache.txt ] || cmake -B /tmp/build-x1 -S /tmp/wt-x -DCMAKE_BUILD_TYPE=Release -DMIMI_WERROR=ON
 BUILDS=${BUILDS-"w2:bab2fc9 c:tr-wln cs:probe-cs e:tr-ff d:tr-att2 d2:tr-att2-pf cd:tr-cd cds:probe-cds cde:tr-cde
         z:step-mapped p:direct-ep zp:step-ep nc:next-cde na:next-all ds:probe-ds
