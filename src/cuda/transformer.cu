@@ -96,7 +96,8 @@ static __device__ __forceinline__ void tr_load(const struct tr_lin &L, const flo
 }
 
 // outv[i * S + s] = sum_k W[row0 + i, k] hs[s, k] for the block's rows i; v holds the first
-// unit's first weights (tr_load). Parts of one output are summed in part order.
+// unit's first weights (tr_load). Parts of one output are summed in part order; a one-part
+// linear's warps store their sums straight into outv (0 + a, the bits of the parts' sum).
 template <int MAXS>
 static __device__ void tr_linear(const struct tr_lin &L, const float *W, const float *hs, int S,
                                  const float4 (&v)[4], float *red, float *outv) {
@@ -127,10 +128,16 @@ static __device__ void tr_linear(const struct tr_lin &L, const float *W, const f
         for (int s = 0; s < MAXS; s++) {
             if (s >= S) break;
             const float a = warp_sum_f(acc[s]);
-            if (lane == 0) red[u * S + s] = a;
+            if (lane == 0) {
+                if (L.split == 1)
+                    outv[u * S + s] = 0.0f + a;
+                else
+                    red[u * S + s] = a;
+            }
         }
     }
     __syncthreads();
+    if (L.split == 1) return;
     for (int e = threadIdx.x; e < n * S; e += blockDim.x) {
         const int i = e / S, s = e - i * S;
         float a = 0.0f;
@@ -184,12 +191,15 @@ static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct
     __syncthreads();
     if (warp < S) {  // S <= GPU_TR_MAX_ROWS <= TR_WARPS
         const float *row = hs + (size_t)warp * d;
+        // x / d as x * (1 / d) where d is a power of two: the same bits without a division
+        const bool pow2 = (d & (d - 1)) == 0;
+        const double rd = 1.0 / d;
         double sum = 0.0;
         for (int i = lane; i < d; i += 32) sum += row[i];
-        const double m = warp_sum_d(sum) / d;
+        const double m = pow2 ? warp_sum_d(sum) * rd : warp_sum_d(sum) / d;
         double q = 0.0;
         for (int i = lane; i < d; i += 32) q += ((double)row[i] - m) * ((double)row[i] - m);
-        const double var = warp_sum_d(q) / d;
+        const double var = pow2 ? warp_sum_d(q) * rd : warp_sum_d(q) / d;
         if (lane == 0) {
             mean[warp] = (float)m;
             inv[warp] = (float)(1.0 / sqrt(var + (double)eps));
@@ -208,11 +218,12 @@ static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct
 
 // What the step's rows need of the batch's state, read once per launch into shared memory
 // (they do not change during it): each row's slot (-1: padding) and first position, and the
-// rotary frequencies.
+// rotation of every (row, step) at every rotary frequency (rope_pair's cosines and sines, the
+// same at every layer: computed once instead of at every layer's ring store).
 struct tr_rows {
     int slot[GPU_TR_MAX_ROWS];
     int32_t pos0[GPU_TR_MAX_ROWS];
-    float freq[GPU_ATT_ONEPASS_HD / 2];
+    float cs[GPU_TR_MAX_ROWS][GPU_ATT_ONEPASS_HD / 2], sn[GPU_TR_MAX_ROWS][GPU_ATT_ONEPASS_HD / 2];
 };
 
 // Stage 1's end: the block's qkv outputs (pairs of rows), q and k rotated (rope_pair's
@@ -228,8 +239,8 @@ static __device__ void tr_store_qkv(const struct op_attention &a, const struct o
         const int32_t pos = rw.pos0[r] + st;
         float v0 = outv[i * S + sr], v1 = outv[(i + 1) * S + sr];
         if (seg < 2) {
-            const float angle = __fmul_rn(rw.freq[(c / 2) % (a.head_dim / 2)], (float)pos);
-            const float cs = cosf(angle), sn = sinf(angle), re = v0, im = v1;
+            const int i = (c / 2) % (a.head_dim / 2);
+            const float cs = rw.cs[sr][i], sn = rw.sn[sr][i], re = v0, im = v1;
             v0 = __fsub_rn(__fmul_rn(re, cs), __fmul_rn(im, sn));
             v1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, cs));
         }
@@ -489,7 +500,13 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         rw.slot[r] = slot;
         rw.pos0[r] = slot < 0 ? 0 : a.next_pos[(size_t)slot * a.slot_stride];
     }
-    for (int i = threadIdx.x; i < a.head_dim / 2; i += blockDim.x) rw.freq[i] = a.freq[i];
+    __syncthreads();
+    for (int e = threadIdx.x; e < S * (a.head_dim / 2); e += blockDim.x) {
+        const int sr = e / (a.head_dim / 2), i = e % (a.head_dim / 2);
+        const float angle = __fmul_rn(a.freq[i], (float)(rw.pos0[sr / a.steps] + sr % a.steps));
+        rw.cs[sr][i] = cosf(angle);
+        rw.sn[sr][i] = sinf(angle);
+    }
     __syncthreads();
     // the step's positions (positions_kernel's work; first read after a barrier)
     if (blockIdx.x == 0)
