@@ -405,21 +405,12 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
                 for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
         }
     }
-    // the block's parts stored (block barrier), published (fence) and counted; the last item reads
-    // the others' from L2
-    __shared__ bool last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t *c = counters + r * split + item % split;
-        __threadfence();
-        last = atomicAdd(c, 1u) == (unsigned)a.n_heads - 1;
-        if (last) {
-            *c = 0;
-            __threadfence();
-        }
-    }
-    __syncthreads();
-    if (last)
+    // the block's parts stored and counted (last_block: one acquire-release add); the last item
+    // reads the others' from L2 and resets the counter, a store the grid barrier after stage 2
+    // publishes (no fence of its own on the way to the sum)
+    uint32_t *c = counters + r * split + item % split;
+    if (last_block(c, a.n_heads)) {
+        if (threadIdx.x == 0) *c = 0;
         for (int e = threadIdx.x; e < steps * rows; e += blockDim.x) {
             const int j = j0 + e % rows;
             const size_t at = ((size_t)r * steps + e / rows) * d + j;
@@ -434,6 +425,7 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
                 if (p < a.n_heads) ys = __fadd_rn(ys, yp[p]);
             x_out[at] = __fadd_rn(xv, __fmul_rn(sc, ys));
         }
+    }
 }
 
 // ---- the kernel ----
