@@ -4,7 +4,7 @@
 # built by tr-wln-build.sh). PART=1: TESTS' tests (default k), then ROUNDS (default eight)
 # interleaved one-stream rounds of VARIANTS (default "n k") and one of bf16 and int8kv (about 6
 # minutes); PART=2: CAP's (default k) strict capacity at 2,560 streams and FAST_INT8_KV's at
-# 10,000 (the latter needs more than an 80 GB card); PART=3 (an H200): five rounds, then PART=2.
+# 10,000 (the latter needs more than an 80 GB card); PART=3 (an H200): four rounds, then PART=2.
 PACK=${PACK:-.gpu-carry/pack-h3.tar.xz} VARIANTS=${VARIANTS:-n k} CAP=${CAP:-k}
 run_rounds() {
   PACK=$PACK WRITER=n TESTS="${TESTS-k}" ROUNDS="$1" VARIANTS="$VARIANTS" FAST=1 PROBES= PROFILES= \
@@ -13,7 +13,7 @@ run_rounds() {
 if [ "${PART:-1}" = 1 ]; then
   run_rounds "1 2 3 4 5 6 7 8"
 else
-  [ "$PART" = 3 ] && run_rounds "1 2 3 4 5"
+  [ "$PART" = 3 ] && run_rounds "1 2 3 4"
   WRITER=n WT=/tmp/wt-x BUILD=/tmp/build-x1
   . "$(dirname "$0")/device-setup.sh"
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
