@@ -191,15 +191,16 @@ static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct
     __syncthreads();
     if (warp < S) {  // S <= GPU_TR_MAX_ROWS <= TR_WARPS
         const float *row = hs + (size_t)warp * d;
-        // x / d as x * (1 / d) where d is a power of two: the same bits without a division
+        // v / d, as v * (1 / d) where d is a power of two: the same bits without a division
         const bool pow2 = (d & (d - 1)) == 0;
         const double rd = 1.0 / d;
+        const auto per_channel = [&](double v) { return pow2 ? v * rd : v / d; };
         double sum = 0.0;
         for (int i = lane; i < d; i += 32) sum += row[i];
-        const double m = pow2 ? warp_sum_d(sum) * rd : warp_sum_d(sum) / d;
+        const double m = per_channel(warp_sum_d(sum));
         double q = 0.0;
         for (int i = lane; i < d; i += 32) q += ((double)row[i] - m) * ((double)row[i] - m);
-        const double var = pow2 ? warp_sum_d(q) * rd : warp_sum_d(q) / d;
+        const double var = per_channel(warp_sum_d(q));
         if (lane == 0) {
             mean[warp] = (float)m;
             inv[warp] = (float)(1.0 / sqrt(var + (double)eps));
