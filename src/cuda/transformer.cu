@@ -402,8 +402,10 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
             for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
 #pragma unroll
                 for (int o = TR_WO_LANES / 2; o > 0; o /= 2) y[s] += __shfl_xor_sync(0xffffffffu, y[s], o);
-            if (e % TR_WO_LANES == 0)
-                for (int s = 0; s < steps; s++) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
+            // (s bounded by the constant, so that y stays in registers instead of local memory)
+#pragma unroll
+            for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
+                if (s < steps && e % TR_WO_LANES == 0) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
         }
     }
     // the block's parts stored and counted (last_block: one acquire-release add); the last item
