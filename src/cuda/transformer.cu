@@ -240,8 +240,8 @@ static __device__ void tr_store_qkv(const struct op_attention &a, const struct o
         const int32_t pos = rw.pos0[r] + st;
         float v0 = outv[i * S + sr], v1 = outv[(i + 1) * S + sr];
         if (seg < 2) {
-            const int i = (c / 2) % (a.head_dim / 2);
-            const float cs = rw.cs[sr][i], sn = rw.sn[sr][i], re = v0, im = v1;
+            const int f = (c / 2) % (a.head_dim / 2);  // the pair's rotary frequency
+            const float cs = rw.cs[sr][f], sn = rw.sn[sr][f], re = v0, im = v1;
             v0 = __fsub_rn(__fmul_rn(re, cs), __fmul_rn(im, sn));
             v1 = __fadd_rn(__fmul_rn(re, sn), __fmul_rn(im, cs));
         }
@@ -403,9 +403,10 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
 #pragma unroll
                 for (int o = TR_WO_LANES / 2; o > 0; o /= 2) y[s] += __shfl_xor_sync(0xffffffffu, y[s], o);
             // (s bounded by the constant, so that y stays in registers instead of local memory)
+            if (e % TR_WO_LANES == 0)
 #pragma unroll
-            for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
-                if (s < steps && e % TR_WO_LANES == 0) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
+                for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
+                    if (s < steps) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
         }
     }
     // the block's parts stored and counted (last_block: one acquire-release add); the last item
