@@ -481,7 +481,7 @@ static void resblock_last_case(int precision, int T) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dout, 0xFF, sizeof(float) * R * T);  // NaN: every output must be written
         struct op_resblock rb = {in, dw, dw + n1, dy, HID, fused, {dw + n1 + n2, dout, dstate + C * (K - 1), dedges},
-                                 0, {{0}, NULL, 0}};
+                                 0, {{0}, NULL, 0}, {0, 0, NULL}};
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) {
             struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL, 0};
@@ -508,6 +508,126 @@ static void resblock_last_case(int precision, int T) {
     }
     cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dstate), cudaFree(dout), cudaFree(dedges), cudaFree(drs);
     free(x), free(w), free(state), free(out[0]), free(out[1]), free(hist[0]), free(hist[1]);
+}
+
+// A small step's resblock kernel (op_resblock.step) over 3 rows (a padding row among them, one
+// slot deep in its signal with a history, one fresh) of T columns, C channels:
+// - against a host reference in double (both ELUs from mimi_elu): rel. L2 below 1e-6;
+// - at 64 channels against op_resblock's f32 kernel and its carry, which sum in the same order:
+//   the outputs and the staged history against the carried one bit for bit;
+// - with elu_out, the outputs against the ELU of the first run's (host ELU, 1e-6);
+// - the staged history against the window's newest two columns, exactly;
+// and the kernel refuses a block it does not take.
+static void resblock_step_case(int C, int T) {
+    enum { R = 3, K = 3, H = K - 1 };
+    const int HID = C / 2;
+    const size_t stride = (size_t)C * H + 4, nx = (size_t)C * R * T;  // a slot: the history, its started flag
+    const size_t n1 = (size_t)(C * K + 1) * HID, n2 = (size_t)(HID + 1) * C, nt = (size_t)C * R * H;
+    float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * (n1 + n2)), *state = calloc(2 * stride, 4);
+    float *y[3] = {malloc(sizeof(float) * nx), malloc(sizeof(float) * nx), malloc(sizeof(float) * nx)};
+    float *tail = malloc(sizeof(float) * nt), *carried = malloc(sizeof(float) * 2 * stride), *want = malloc(sizeof(float) * nx);
+    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL, *dtail = NULL;
+    int32_t *drs = NULL;
+    const int32_t row_slot[R] = {1, -1, 0};
+    CHECK(x && w && state && y[0] && y[1] && y[2] && tail && carried && want);
+    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * nx), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * (n1 + n2)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dtail, sizeof(float) * nt), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!x || !w || !state || !y[0] || !y[1] || !y[2] || !tail || !carried || !want || !dx || !dy || !dw || !dstate ||
+        !dtail || !drs)
+        return;
+    for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < n1 + n2; i++) w[i] = 0.3f * (test_rng_float() - 0.5f);
+    for (int i = 0; i < C * H; i++) state[stride + i] = test_rng_float() - 0.5f;  // slot 1's history
+    ((int32_t *)state)[C * H] = 0, ((int32_t *)state)[stride + C * H] = 1;
+    // the host reference: w1t (C*K + 1, HID) and w2t (HID + 1, C) with their bias rows
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) {
+            double h[128];
+            for (int j = 0; j < HID; j++) {
+                double v = w[(size_t)C * K * HID + j];
+                for (int i = 0; i < C; i++)
+                    for (int k = 0; k < K; k++) {
+                        const int u = t + k - H;  // [history | elu(x)] column
+                        float xv = u >= 0 ? x[((size_t)i * R + r) * T + u]
+                                 : row_slot[r] < 0 ? 0.0f : state[row_slot[r] * stride + (size_t)i * H + u + H];
+                        if (u >= 0) mimi_elu(&xv, 1);
+                        v += (double)w[(size_t)(i * K + k) * HID + j] * xv;
+                    }
+                float e = (float)v;
+                mimi_elu(&e, 1);
+                h[j] = e;
+            }
+            for (int o = 0; o < C; o++) {
+                double v = w[n1 + (size_t)HID * C + o];
+                for (int j = 0; j < HID; j++) v += (double)w[n1 + (size_t)j * C + o] * h[j];
+                const size_t at = ((size_t)o * R + r) * T + t;
+                want[at] = (float)(x[at] + v);
+            }
+        }
+    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof(float) * (n1 + n2), cudaMemcpyHostToDevice);
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, NULL, NULL, 0};
+    const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + C * H), drs, stride, C, K, 1, H, T, R,
+                                 1, 0, 0, 0, 0};
+    // run 0: the step kernel; 1: with elu_out; 2: op_resblock and its carry (64 channels)
+    for (int run = 0; run < (C == 64 ? 3 : 2); run++) {
+        cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
+        cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
+        cudaMemset(dtail, 0xFF, sizeof(float) * nt);
+        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0},
+                                 {run < 2, run == 1, run == 0 ? dtail : NULL}};
+        CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
+        if (run == 2) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(y[run], dy, sizeof(float) * nx, cudaMemcpyDeviceToHost);
+        if (run == 0) cudaMemcpy(tail, dtail, sizeof(float) * nt, cudaMemcpyDeviceToHost);
+        if (run == 2) cudaMemcpy(carried, dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+    }
+    size_t nans = 0, tail_wrong = 0, differ = 0, hist_differ = 0;
+    for (size_t i = 0; i < nx; i++) nans += y[0][i] != y[0][i];
+    const double rel = rel_l2(y[0], want, nx);
+    for (size_t i = 0; i < nx; i++) want[i] = y[0][i];
+    mimi_elu(want, nx);
+    const double rel_elu = rel_l2(y[1], want, nx);
+    // the staged history: (C, R, H), the newest H columns of [history | elu(x)]
+    for (int i = 0; i < C; i++)
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < H; j++) {
+                const int u = T - H + j;
+                float v = u >= 0 ? x[((size_t)i * R + r) * T + u]
+                        : row_slot[r] < 0 ? 0.0f : state[row_slot[r] * stride + (size_t)i * H + u + H];
+                if (u >= 0) mimi_elu(&v, 1);
+                const float got = tail[((size_t)i * R + r) * H + j];
+                tail_wrong += fabsf(got - v) > 1e-6f * (1.0f + fabsf(v)) || got != got;
+                if (C == 64 && row_slot[r] >= 0)
+                    hist_differ += memcmp(&got, &carried[row_slot[r] * stride + (size_t)i * H + j], sizeof got) != 0;
+            }
+    if (C == 64)
+        for (size_t i = 0; i < nx; i++) differ += memcmp(&y[0][i], &y[2][i], sizeof(float)) != 0;
+    printf("  resblock step kernel (%d channels, T %d): rel_l2 %.2e vs double, %.2e with its ELU; %zu outputs and %zu "
+           "history values differ from op_resblock's; %zu staged history values wrong, %zu NaN %s\n", C, T, rel,
+           rel_elu, differ, hist_differ, tail_wrong, nans, msg);
+    CHECK(rel < 1e-6);
+    CHECK(rel_elu < 1e-6);
+    CHECK_EQ(nans, 0);
+    CHECK_EQ(tail_wrong, 0);
+    CHECK_EQ(differ, 0);
+    CHECK_EQ(hist_differ, 0);
+    // refused: the step form with the last conv, in place, or 256 channels
+    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 1, {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {1, 0, NULL}};
+    CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
+    bad.has_last = 0, bad.y = dx;
+    CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
+    bad.y = dy, bad.in.c_in = 256, bad.hid = 128;
+    CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dstate), cudaFree(dtail), cudaFree(drs);
+    free(x), free(w), free(state), free(y[0]), free(y[1]), free(y[2]), free(tail), free(carried), free(want);
 }
 
 // The encoder's first conv inside the top resblock's kernel (op_resblock.first) against the same
@@ -570,7 +690,7 @@ static void resblock_first_case(int precision, int T) {
     for (int fused = 0; fused < 2; fused++) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
-        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, fused, {pin, dwf, LD}};
+        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, fused, {pin, dwf, LD}, {0, 0, NULL}};
         if (fused) rb.in.x = NULL;
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
@@ -592,7 +712,7 @@ static void resblock_first_case(int precision, int T) {
     CHECK_EQ(hist_differ, 0);
     CHECK_EQ(nans, 0);
     // the kernel refuses a first conv it does not take
-    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD}};
+    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD}, {0, 0, NULL}};
     bad.first.in.K = bad.first.in.H + 2;
     CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
     cudaFree(dpcm), cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dwf), cudaFree(dstate), cudaFree(drs);
@@ -1146,6 +1266,10 @@ static void test_bf16_operands(void) {
         resblock_first_case(precision[p], 200);   // and a last tile of 72 columns
         resblock_first_case(precision[p], 8);     // the carried columns read the PCM's history
     }
+    resblock_step_case(64, 1920);  // one stream's top level: 120 tiles
+    resblock_step_case(64, 1930);  // and a last tile of 10 columns
+    resblock_step_case(128, 480);  // the level below: 120 tiles
+    resblock_step_case(64, 1);     // one column: the history is read and staged again
     resblock_mma_case(128, 480);  // the two levels it takes in Mimi
     resblock_mma_case(256, 96);
     resblock_mma_case(128, 192);  // two tiles a row

@@ -192,6 +192,17 @@ struct gpu_last_conv {
     float *hist;     // slot 0's history (c, K - 1): e(y) of the columns before the step
     float *edges;    // (R, T / GPU_RESBLOCK_TILE tiles, 4, c)
 };
+// With `step.on` (a small step: one stream's top two levels, GPU_RESBLOCK_STEP_FITS) the block
+// runs as resblock_step.cu's kernel instead: a block per tile of a few columns of one row, both
+// convs' sums in the order of the f32 kernel above (the same bits), y = elu_f(y) where elu_out
+// (the ELU before the next conv), and where `tail` is set the newest K - 1 columns of
+// [history | elu(x)] staged there, (c, R, K - 1), for the step's GOP_TAILS (else a GOP_CARRY
+// follows, as above).
+#define GPU_RESBLOCK_STEP_FITS(c, hid) (((c) == 64 || (c) == 128) && (hid) * 2 == (c))
+struct gpu_resblock_step {
+    int on, elu_out;
+    float *tail;
+};
 struct gpu_first_conv {
     struct op_im2col in;  // the PCM (1, R, T) and its history: c_in = 1, S = 1, H = K - 1, elu = 0
     const float *w;       // (c, ld): output o's K taps, then its bias
@@ -206,8 +217,10 @@ struct op_resblock {
     struct gpu_last_conv last;
     int has_first;  // (not with has_last)
     struct gpu_first_conv first;
+    struct gpu_resblock_step step;  // (not with has_last or has_first)
 };
 int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
+int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_exec *ex);  // (mimi_cuda_resblock's, step.on)
 
 // ---- resblock_mma.cu ----
 

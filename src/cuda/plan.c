@@ -437,28 +437,30 @@ static int last_fits(const struct builder *B, const struct mimi_conv *c, int c_i
            GPU_RESBLOCK_EDGES(c_in, T) <= B->L->edges_per_row;
 }
 
-// How plan_resblock runs a block over T steps per row: two direct kernels (small steps), one
-// op_resblock_mma (FAST_BF16, below the top level), one op_resblock, or im2col and two products.
-enum resblock_form { RESBLOCK_DIRECT, RESBLOCK_MMA, RESBLOCK_KERNEL, RESBLOCK_PRODUCTS };
+// How plan_resblock runs a block over T steps per row: small steps one op_resblock in its step
+// form (the top two levels) or two direct kernels; large ones one op_resblock_mma (FAST_BF16,
+// below the top level), one op_resblock, or im2col and two products.
+enum resblock_form { RESBLOCK_STEP, RESBLOCK_DIRECT, RESBLOCK_MMA, RESBLOCK_KERNEL, RESBLOCK_PRODUCTS };
 static enum resblock_form resblock_form(const struct builder *B, const struct seanet_layer *l,
                                         const struct gpu_conv_w *w, int T, int with_last) {
     const int c = l->conv.c_in, hid = l->conv.c_out, N = B->R * T;
-    if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1))) return RESBLOCK_DIRECT;
+    const int k3 = w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
+                   !l->conv.replicate_first;
+    if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1)))
+        return k3 && GPU_RESBLOCK_STEP_FITS(c, hid) ? RESBLOCK_STEP : RESBLOCK_DIRECT;
     if (w->wf && !with_last && GPU_RESBLOCK_MMA_FITS(c, hid, T) && N >= B->L->mma_min_cols) return RESBLOCK_MMA;
-    if (w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
-        !l->conv.replicate_first)
-        return RESBLOCK_KERNEL;
+    if (k3 && GPU_RESBLOCK_FITS(c, hid)) return RESBLOCK_KERNEL;
     return RESBLOCK_PRODUCTS;
 }
 
 // x (c, R, T) + conv1x1(elu(conv_k(elu(x)))): returns where the result is, x itself or `out`.
-// Small steps run two direct kernels; large ones one op_resblock (or, in FAST_BF16,
-// op_resblock_mma) kernel into `out` where its geometry fits, else im2col and two products, the
-// second accumulating into x (beta = 1) with its bias riding on a row of ones written after the
-// hidden activations. With `last` (fitting
+// Small steps run one op_resblock in its step form into `out` (the top two levels) or two direct
+// kernels; large ones one op_resblock (or, in FAST_BF16, op_resblock_mma) kernel into `out` where
+// its geometry fits, else im2col and two products, the second accumulating into x (beta = 1) with
+// its bias riding on a row of ones written after the hidden activations. With `last` (fitting
 // last_fits) the op_resblock kernel also runs that conv (weights last_w, history last_hist) and
 // `out` is its (R, T) output; *fused says whether it did. With `elu_out` (the block's output only
-// feeds an ELU) small steps apply that ELU in the last kernel; *elu_done says whether they did.
+// feeds an ELU) small steps apply that ELU in their last kernel; *elu_done says whether they did.
 // With `first` (first_fits: the block is an op_resblock) x is not there: the kernel computes it
 // from first's PCM.
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
@@ -469,6 +471,16 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
     *fused = *elu_done = 0;
     if (first && form != RESBLOCK_KERNEL) B->rc = MIMI_EUNSUPPORTED;
+    if (form == RESBLOCK_STEP) {
+        // one kernel into `out`, the ELU after it applied there; the history staged for the tails
+        struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock_step")->u.resblock;
+        *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
+                                   {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {1, elu_out, NULL}};
+        rb->step.tail = stage_tail(B, hist, c, rb->in.H);
+        if (!rb->step.tail) emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
+        *elu_done = elu_out;
+        return out;
+    }
     if (form == RESBLOCK_DIRECT) {
         // mid = elu(conv_k(elu(x))); x += conv1x1(mid): two kernels, no ones row
         plan_conv(B, &l->conv, w->w, NULL, 1, x, mid, T, 1, hist, 1, 0, 0);
@@ -486,7 +498,7 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     if (form == RESBLOCK_KERNEL) {
         struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock")->u.resblock;
         *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
-                                  {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}};
+                                  {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {0, 0, NULL}};
         if (first) {  // its second launch carries the history
             rb->has_first = 1;
             rb->first = *first;

@@ -600,6 +600,7 @@ static int launch_first(const struct op_resblock *a, struct gpu_exec *ex) {
 }
 
 extern "C" int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex) {
+    if (a->step.on) return mimi_cuda_resblock_step(a, ex);
     const int c = a->in.c_in;
     if (!GPU_RESBLOCK_FITS(c, a->hid) || a->in.K != GPU_RESBLOCK_K || a->in.S != 1 || a->in.H != GPU_RESBLOCK_K - 1 ||
         a->in.replicate) {

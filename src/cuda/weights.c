@@ -201,7 +201,7 @@ static int bind_seanet(struct gpu_weights *w, struct gpu_conv_w *out, const stru
             out[i].w2f = map_fragments(w, &l->conv2, map, ctx);
             if (!out[i].wf || !out[i].w2f) return MIMI_ENOMEM;
         }
-        if (!GPU_RESBLOCK_FITS(c->c_in, c->c_out)) continue;
+        if (!GPU_RESBLOCK_FITS(c->c_in, c->c_out) && !GPU_RESBLOCK_STEP_FITS(c->c_in, c->c_out)) continue;
         out[i].w1t = map_transposed(w, c, map, ctx);
         out[i].w2t = map_transposed(w, &l->conv2, map, ctx);
         if (!out[i].w1t || !out[i].w2t) return MIMI_ENOMEM;

@@ -1,0 +1,136 @@
+/*
+ * resblock_step.cu - a SEANet residual block of a small step in one kernel (op_resblock with
+ * step.on; reference src/nn/seanet.c): one stream's top two levels, 64 channels over 1920 steps
+ * and 128 over 480 per frame.
+ *
+ * There each block used to be two direct conv kernels (conv1d.cu): the k3 conv's reduction split
+ * over blocks whose parts a last block summed, then the 1x1 conv staging the hidden activations
+ * again; each kernel a chain of round trips (input staging, parts, counter, epilogue) of 5-8 us
+ * for a few MFLOP. Here a block takes a tile of TC columns of one row and all of its channels:
+ *   1. the weights (W1^T, W2^T with their bias rows, 40 KB at 64 channels and 133 KB at 128)
+ *      into shared memory before the predecessor is waited for; then the window, elu(x) of the
+ *      tile's columns and the two before them (the history where the row starts), with x of the
+ *      thread's own outputs kept in registers for the residual;
+ *   2. h = elu(b1 + W1 . window), thread (g, c) hidden 4g .. 4g + 3 at column c;
+ *   3. y = x + (b2 + W2 . h), thread (g, c) outputs 8g .. 8g + 7 at column c, ELU'd where the
+ *      next layer is an ELU (elu_out).
+ * Every sum runs in resblock.cu's f32 order (channel, then tap, in FMAs from zero, then the
+ * bias), so the two kernels give the same bits. The tile that holds a row's last column stages
+ * the new history (the window's last two columns) for the step's GOP_TAILS.
+ */
+#include "cuda/common.cuh"
+
+#define STEP_K GPU_RESBLOCK_K
+#define STEP_OH 4  // hidden outputs of a thread (one column)
+
+// Shared memory (floats): W1^T (C*K + 1, HID), W2^T (HID + 1, C), window (C, TC + 2), h (HID, TC).
+template <int C, int TC>
+struct step_shape {
+    static constexpr int HID = C / 2, KK = C * STEP_K, W = TC + STEP_K - 1, THREADS = HID / STEP_OH * TC;
+    static constexpr int OUTS = C * TC / THREADS;  // outputs of a thread in the 1x1 conv (8)
+    static constexpr int FLOATS = (KK + 1) * HID + (HID + 1) * C + C * W + HID * TC;
+};
+
+template <int C, int TC>
+static __global__ void __launch_bounds__(step_shape<C, TC>::THREADS) resblock_step_kernel(const struct op_resblock a) {
+    typedef step_shape<C, TC> S;
+    constexpr int HID = S::HID, KK = S::KK, W = S::W, OUTS = S::OUTS, H = STEP_K - 1;
+    static_assert(OUTS == 8 && (KK + 1) * HID % 4 == 0 && (HID + 1) * C % 4 == 0, "the tiling");
+    extern __shared__ float4 step_smem[];
+    float *w1s = (float *)step_smem;   // (KK + 1, HID)
+    float *w2s = w1s + (KK + 1) * HID;  // (HID + 1, C)
+    float *xs = w2s + (HID + 1) * C;    // (C, W): column u is [hist | elu(x)] at t0 - H + u
+    float *hs = xs + C * W;             // (HID, TC)
+    const int tid = threadIdx.x;
+    // the weights (written by no kernel of the step: staged before the wait)
+    for (int e = tid; e < (KK + 1) * HID / 4; e += S::THREADS) ((float4 *)w1s)[e] = ((const float4 *)a.w1t)[e];
+    for (int e = tid; e < (HID + 1) * C / 4; e += S::THREADS) ((float4 *)w2s)[e] = ((const float4 *)a.w2t)[e];
+    pdl_begin();
+
+    const struct op_im2col &in = a.in;
+    const int T = in.T, R = in.R, ntiles = (T + TC - 1) / TC, r = blockIdx.x / ntiles;
+    const int t0 = (blockIdx.x - r * ntiles) * TC, c = tid % TC, g = tid / TC, t = t0 + c;
+    // 1. x of this thread's outputs (channels OUTS g ..) and the window, every load before a store
+    float xr[OUTS];
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) xr[u] = t < T ? in.x[((size_t)(OUTS * g + u) * R + r) * T + t] : 0.0f;
+    constexpr int LEFT = (C * H + S::THREADS - 1) / S::THREADS;  // the columns before the tile
+    float left[LEFT];
+#pragma unroll
+    for (int q = 0; q < LEFT; q++) {
+        const int e = tid + q * S::THREADS, i = e / H, j = t0 - H + e % H;
+        left[q] = e < C * H ? (j >= 0 ? elu_f(in.x[((size_t)i * R + r) * T + j]) : xin(in, i, r, j + H)) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) xs[(OUTS * g + u) * W + H + c] = t < T ? elu_f(xr[u]) : 0.0f;
+#pragma unroll
+    for (int q = 0; q < LEFT; q++) {
+        const int e = tid + q * S::THREADS;
+        if (e < C * H) xs[e / H * W + e % H] = left[q];
+    }
+    __syncthreads();
+    // the new history: [hist | elu(x)] at T - H .. T - 1, window columns T - t0 ..
+    if (a.step.tail && t0 + TC >= T)
+        for (int e = tid; e < C * H; e += S::THREADS)
+            a.step.tail[((size_t)(e / H) * R + r) * H + e % H] = xs[e / H * W + T - t0 + e % H];
+    // 2. h = elu(b1 + W1 . window): hidden STEP_OH g .. at column c
+    {
+        float acc[STEP_OH] = {};
+#pragma unroll 4
+        for (int i = 0; i < C; i++) {
+            const float v[STEP_K] = {xs[i * W + c], xs[i * W + c + 1], xs[i * W + c + 2]};
+#pragma unroll
+            for (int k = 0; k < STEP_K; k++) {
+                const float4 w = *(const float4 *)(w1s + (i * STEP_K + k) * HID + STEP_OH * g);
+                acc[0] = fmaf(w.x, v[k], acc[0]), acc[1] = fmaf(w.y, v[k], acc[1]);
+                acc[2] = fmaf(w.z, v[k], acc[2]), acc[3] = fmaf(w.w, v[k], acc[3]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < STEP_OH; u++) hs[(STEP_OH * g + u) * TC + c] = elu_f(acc[u] + w1s[KK * HID + STEP_OH * g + u]);
+    }
+    __syncthreads();
+    // 3. y = x + (b2 + W2 . h): outputs OUTS g .. at column c
+    float acc[OUTS] = {};
+#pragma unroll 4
+    for (int j = 0; j < HID; j++) {
+        const float hv = hs[j * TC + c];
+        const float4 wa = *(const float4 *)(w2s + j * C + OUTS * g), wb = *(const float4 *)(w2s + j * C + OUTS * g + 4);
+        const float w[OUTS] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int u = 0; u < OUTS; u++) acc[u] = fmaf(w[u], hv, acc[u]);
+    }
+    if (t >= T) return;
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) {
+        const float y = xr[u] + (acc[u] + w2s[HID * C + OUTS * g + u]);
+        a.y[((size_t)(OUTS * g + u) * R + r) * T + t] = a.step.elu_out ? elu_f(y) : y;
+    }
+}
+
+template <int C, int TC>
+static int launch_step(const struct op_resblock *a, struct gpu_exec *ex) {
+    typedef step_shape<C, TC> S;
+    const size_t smem = sizeof(float) * S::FLOATS;
+    if (cudaFuncSetAttribute(resblock_step_kernel<C, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+        cudaSuccess)
+        return launch_status(ex, "resblock step (shared memory)");
+    const int tiles = a->in.R * ((a->in.T + TC - 1) / TC);
+    pdl_launch(resblock_step_kernel<C, TC>, dim3(tiles), dim3(S::THREADS), smem, ex, *a);
+    return launch_status(ex, "resblock step");
+}
+
+// The tile widths: about one block an SM for one stream (1920 / 16 and 480 / 4 columns: 120).
+extern "C" int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_exec *ex) {
+    const int c = a->in.c_in;
+    if (!GPU_RESBLOCK_STEP_FITS(c, a->hid) || a->has_first || a->has_last || a->in.K != GPU_RESBLOCK_K ||
+        a->in.S != 1 || a->in.H != GPU_RESBLOCK_K - 1 || !a->in.elu || a->in.replicate || a->y == a->in.x ||
+        a->in.T < 1 || a->in.R < 1) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen,
+                     "resblock step: %d channels, %d hidden, K %d, stride %d, history %d, %d x %d columns: no kernel", c,
+                     a->hid, a->in.K, a->in.S, a->in.H, a->in.R, a->in.T);
+        return MIMI_EUNSUPPORTED;
+    }
+    return c == 64 ? launch_step<64, 16>(a, ex) : launch_step<128, 4>(a, ex);
+}
