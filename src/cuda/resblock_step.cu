@@ -7,8 +7,8 @@
  * over blocks whose parts a last block summed, then the 1x1 conv staging the hidden activations
  * again; each kernel a chain of round trips (input staging, parts, counter, epilogue) of 5-8 us
  * for a few MFLOP. Here a block takes a tile of TC columns of one row and all of its channels:
- *   1. the weights (W1^T, W2^T with their bias rows, 40 KB at 64 channels and 133 KB at 128)
- *      into shared memory before the predecessor is waited for; then the window, elu(x) of the
+ *   1. the weights (W1^T, W2^T with their bias rows, 33 KB at 64 channels and 131 KB at 128)
+ *      requested into shared memory before the predecessor is waited for; then the window, elu(x) of the
  *      tile's columns and the two before them (the history where the row starts), with x of the
  *      thread's own outputs kept in registers for the residual;
  *   2. h = elu(b1 + W1 . window), thread (g, c) hidden 4g .. 4g + 3 at column c;
@@ -31,6 +31,14 @@ struct step_shape {
     static constexpr int FLOATS = (KK + 1) * HID + (HID + 1) * C + C * W + HID * TC;
 };
 
+// n float4 from src to dst (shared memory), thread tid of `threads`, as cp.async copies.
+static __device__ __forceinline__ void stage_async(float *dst, const float *src, int n, int tid, int threads) {
+    for (int e = tid; e < n; e += threads) {
+        const unsigned d = (unsigned)__cvta_generic_to_shared((float4 *)dst + e);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"((const float4 *)src + e) : "memory");
+    }
+}
+
 template <int C, int TC>
 static __global__ void __launch_bounds__(step_shape<C, TC>::THREADS) resblock_step_kernel(const struct op_resblock a) {
     typedef step_shape<C, TC> S;
@@ -42,9 +50,11 @@ static __global__ void __launch_bounds__(step_shape<C, TC>::THREADS) resblock_st
     float *xs = w2s + (HID + 1) * C;    // (C, W): column u is [hist | elu(x)] at t0 - H + u
     float *hs = xs + C * W;             // (HID, TC)
     const int tid = threadIdx.x;
-    // the weights (written by no kernel of the step: staged before the wait)
-    for (int e = tid; e < (KK + 1) * HID / 4; e += S::THREADS) ((float4 *)w1s)[e] = ((const float4 *)a.w1t)[e];
-    for (int e = tid; e < (HID + 1) * C / 4; e += S::THREADS) ((float4 *)w2s)[e] = ((const float4 *)a.w2t)[e];
+    // the weights (written by no kernel of the step): asynchronous copies issued before the wait,
+    // all in flight at once (a loop of loads and stores took a round trip per iteration)
+    stage_async(w1s, a.w1t, (KK + 1) * HID / 4, tid, S::THREADS);
+    stage_async(w2s, a.w2t, (HID + 1) * C / 4, tid, S::THREADS);
+    asm volatile("cp.async.commit_group;" ::: "memory");
     pdl_begin();
 
     const struct op_im2col &in = a.in;
@@ -68,6 +78,7 @@ static __global__ void __launch_bounds__(step_shape<C, TC>::THREADS) resblock_st
         const int e = tid + q * S::THREADS;
         if (e < C * H) xs[e / H * W + e % H] = left[q];
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     // the new history: [hist | elu(x)] at T - H .. T - 1, window columns T - t0 ..
     if (a.step.tail && t0 + TC >= T)
@@ -132,5 +143,5 @@ extern "C" int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_e
                      a->hid, a->in.K, a->in.S, a->in.H, a->in.R, a->in.T);
         return MIMI_EUNSUPPORTED;
     }
-    return c == 64 ? launch_step<64, 16>(a, ex) : launch_step<128, 4>(a, ex);
+    return c == 64 ? launch_step<64, 16>(a, ex) : launch_step<128, 8>(a, ex);
 }
