@@ -8,15 +8,20 @@
  * again; each kernel a chain of round trips (input staging, parts, counter, epilogue) of 5-8 us
  * for a few MFLOP. Here a block takes a tile of TC columns of one row and all of its channels:
  *   1. the weights (W1^T, W2^T with their bias rows, 33 KB at 64 channels and 131 KB at 128)
- *      requested into shared memory before the predecessor is waited for; then the window, elu(x) of the
- *      tile's columns and the two before them (the history where the row starts), with x of the
- *      thread's own outputs kept in registers for the residual;
+ *      requested into shared memory before the predecessor is waited for; then the window,
+ *      elu(x) of the tile's columns and the two before them (the history where the row starts),
+ *      with x of the thread's own outputs kept in registers for the residual;
  *   2. h = elu(b1 + W1 . window), thread (g, c) hidden 4g .. 4g + 3 at column c;
  *   3. y = x + (b2 + W2 . h), thread (g, c) outputs 8g .. 8g + 7 at column c, ELU'd where the
  *      next layer is an ELU (elu_out).
  * Every sum runs in resblock.cu's f32 order (channel, then tap, in FMAs from zero, then the
  * bias), so the two kernels give the same bits. The tile that holds a row's last column stages
  * the new history (the window's last two columns) for the step's GOP_TAILS.
+ *
+ * On an H100 (2026-12-06, bench/results/gpu-h100-2026-12-06.md) one stream's step took 5-10 us
+ * less in encode and 9-14 us less in decode than with the direct kernels, four rounds each; the
+ * blocks are 9.5 and 12.7 us of eager ops (the direct pairs 20.5 and 23 us). Staging the weights
+ * by a loop of loads and stores instead of cp.async made them 11 and 24 us.
  */
 #include "cuda/common.cuh"
 
@@ -131,7 +136,8 @@ static int launch_step(const struct op_resblock *a, struct gpu_exec *ex) {
     return launch_status(ex, "resblock step");
 }
 
-// The tile widths: about one block an SM for one stream (1920 / 16 and 480 / 4 columns: 120).
+// Tiles of 8 columns: 240 blocks of 128 threads at the top level, 60 below it. Against 16 and 8
+// columns, or 8 and 4, one stream's step was 4-9 us faster a direction (H100, 2026-12-06).
 extern "C" int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_exec *ex) {
     const int c = a->in.c_in;
     if (!GPU_RESBLOCK_STEP_FITS(c, a->hid) || a->has_first || a->has_last || a->in.K != GPU_RESBLOCK_K ||
@@ -143,5 +149,5 @@ extern "C" int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_e
                      a->hid, a->in.K, a->in.S, a->in.H, a->in.R, a->in.T);
         return MIMI_EUNSUPPORTED;
     }
-    return c == 64 ? launch_step<64, 16>(a, ex) : launch_step<128, 8>(a, ex);
+    return c == 64 ? launch_step<64, 8>(a, ex) : launch_step<128, 8>(a, ex);
 }
