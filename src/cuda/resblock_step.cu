@@ -20,8 +20,8 @@
  *
  * On an H100 (2026-12-06, bench/results/gpu-h100-2026-12-06.md) one stream's step took 5-10 us
  * less in encode and 9-14 us less in decode than with the direct kernels, four rounds each; the
- * blocks are 9.5 and 12.7 us of eager ops (the direct pairs 20.5 and 23 us). Staging the weights
- * by a loop of loads and stores instead of cp.async made them 11 and 24 us.
+ * blocks are 9.5 and 12.7 us of eager ops in encode (its direct pairs 20.5 and 22 us). Staging
+ * the weights by a loop of loads and stores instead of cp.async made them 11 and 24 us.
  */
 #include "cuda/common.cuh"
 
