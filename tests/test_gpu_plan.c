@@ -780,6 +780,7 @@ struct emu_batch {
 static long emu_mma_min_cols = -1;
 // The blocks a direct conv of those plans aims for (0: the layout's own).
 static int emu_direct_blocks = 0;
+static size_t emu_smem_optin = 0;  // the shared memory a block may opt in to, when > 0
 
 // A batch of `capacity` slots whose step advances each listed slot by `frames` frames.
 static void emu_create(struct emu_batch *e, const struct mimi_model *m, const struct gpu_weights *w,
@@ -788,6 +789,7 @@ static void emu_create(struct emu_batch *e, const struct mimi_model *m, const st
     CHECK_EQ(gpu_layout_init(&e->L, m, direction, capacity, N_Q, attention, frames), MIMI_OK);
     if (emu_mma_min_cols >= 0) e->L.mma_min_cols = emu_mma_min_cols;
     if (emu_direct_blocks > 0) e->L.direct_blocks = emu_direct_blocks;
+    if (emu_smem_optin > 0) e->L.smem_optin = emu_smem_optin;
     e->state = calloc(e->L.slot_elems * capacity, sizeof(float));
     e->scratch = calloc(e->L.scratch_elems, sizeof(float));
     for (int R = 1; R <= capacity; R++)
@@ -1523,11 +1525,14 @@ static long direct_grid_max(const struct gpu_plan *p, int *n) {
 }
 
 // One stream's direct convs fill the chip in one wave: none has more blocks than the layout's
-// direct_blocks (two an SM of 132). On a smaller chip (16 SMs) their reductions are split less
-// and the steps still agree with the CPU backend.
+// direct_blocks (two an SM of 132). On a smaller chip (16 SMs, 99 KB of shared memory a block)
+// their reductions are split less, the 128-channel resblock runs as direct convs again (its step
+// form's 136 KB do not fit), and the steps still agree with the CPU backend.
 static void test_direct_waves(struct mimi_model *model, const struct gpu_weights *w, const float *clip) {
     for (int k = 0; k < 2; k++) {
         emu_direct_blocks = k ? GPU_DIRECT_PER_SM * 16 : 0;
+        emu_smem_optin = k ? 99 * 1024 : 0;  // and less shared memory a block: the 128-channel
+                                             // resblock step form does not fit there
         struct emu_batch enc, dec;
         emu_create(&enc, model, w, MIMI_DIRECTION_ENCODE, 1, MIMI_ATTENTION_RING, 1);
         emu_create(&dec, model, w, MIMI_DIRECTION_DECODE, 1, MIMI_ATTENTION_RING, 1);
@@ -1537,6 +1542,8 @@ static void test_direct_waves(struct mimi_model *model, const struct gpu_weights
         printf("  direct convs of one row, %d blocks aimed at: encode %d (at most %ld blocks), decode %d (%ld)\n",
                enc.L.direct_blocks, ne, me, nd, md);
         CHECK(ne >= 8 && nd >= 8);
+        CHECK_EQ(count_steps(&enc.plans[1]), k ? 1 : 2);
+        CHECK_EQ(count_steps(&dec.plans[1]), k ? 1 : 2);
         if (!k) CHECK(me <= enc.L.direct_blocks && md <= dec.L.direct_blocks);
         if (k) {
             struct mimi_batch *cenc = NULL, *cdec = NULL;
@@ -1544,7 +1551,7 @@ static void test_direct_waves(struct mimi_model *model, const struct gpu_weights
             struct agreement agree = {0};
             const int slot = 0;
             for (int f = 0; f < FRAMES; f++) step_both(&enc, &dec, cenc, cdec, 1, &slot, clip + (size_t)f * 1920, &agree);
-            agreement_check(&agree, "one row, direct convs for 16 SMs, vs CPU");
+            agreement_check(&agree, "one row, direct convs for 16 SMs and 99 KB a block, vs CPU");
             mimi_batch_destroy(cenc);
             mimi_batch_destroy(cdec);
         }
@@ -1552,6 +1559,7 @@ static void test_direct_waves(struct mimi_model *model, const struct gpu_weights
         emu_destroy(&dec);
     }
     emu_direct_blocks = 0;
+    emu_smem_optin = 0;
 }
 
 // ---- the test ----

@@ -187,6 +187,8 @@ static struct mimi_batch *create(const struct mimi_model *m, const struct mimi_b
     if (!rc) rc = setup_device(b, m->precision);
     const int sms = rc ? 0 : device_sms();
     if (sms > 0) b->gpu->L.direct_blocks = GPU_DIRECT_PER_SM * sms;  // a direct conv's one wave
+    const int optin = rc ? 0 : device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    if (optin > 0) b->gpu->L.smem_optin = (size_t)optin;
     if (!rc) rc = build_plans(b, all_buckets);
     if (rc && b) batch_free(b);
     pthread_mutex_unlock(&setup_lock);

@@ -52,6 +52,9 @@ struct gpu_exec {
 // a device (the plan tests): an H100's or H200's 132.
 #define GPU_DIRECT_PER_SM 2
 #define GPU_DIRECT_SMS 132
+// The shared memory a block may opt in to on an H100 or H200 (227 KB): plans assume it until the
+// batch reads its device's
+#define GPU_SMEM_OPTIN (227 * 1024)
 // A direct kernel's tiles over `cols` columns, c_out channels and `phases` phases; its grid is
 // tiles x splits blocks.
 static inline long gpu_direct_tiles(int cols, int c_out, int phases) {
@@ -199,6 +202,13 @@ struct gpu_last_conv {
 // [history | elu(x)] staged there, (c, R, K - 1), for the step's GOP_TAILS (else a GOP_CARRY
 // follows, as above).
 #define GPU_RESBLOCK_STEP_FITS(c, hid) (((c) == 64 || (c) == 128) && (hid) * 2 == (c))
+#define GPU_RESBLOCK_STEP_TC 8  // columns a block (resblock_step.cu)
+// A block's shared memory: W1^T (c*K + 1, c/2), W2^T (c/2 + 1, c), the window (c, TC + K - 1), h
+// (c/2, TC); 36 KB at 64 channels, 136 KB at 128 (more than some GPUs give a block: the plan
+// checks the device's limit, gpu_layout.smem_optin)
+#define GPU_RESBLOCK_STEP_SMEM(c)                                                                      \
+    (sizeof(float) * ((size_t)((c) * GPU_RESBLOCK_K + 1) * ((c) / 2) + (size_t)((c) / 2 + 1) * (c) + \
+                      (size_t)(c) * (GPU_RESBLOCK_STEP_TC + GPU_RESBLOCK_K - 1) + (size_t)((c) / 2) * GPU_RESBLOCK_STEP_TC))
 struct gpu_resblock_step {
     int on, elu_out;
     float *tail;

@@ -82,6 +82,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->conv_bf16 = gpu_bf16_products(m->precision);
     L->mma_min_cols = GPU_MMA_MIN_COLS;
     L->direct_blocks = GPU_DIRECT_PER_SM * GPU_DIRECT_SMS;
+    L->smem_optin = GPU_SMEM_OPTIN;
     const size_t conv_state = take(&u, 0);  // a slot's conv histories and tails start here
     int T = encode ? L->frame : L->steps;
     for (int i = 0; i < sn->n_layers; i++) {
@@ -447,7 +448,8 @@ static enum resblock_form resblock_form(const struct builder *B, const struct se
     const int k3 = w->w1t && l->conv.kernel == GPU_RESBLOCK_K && l->conv.stride == 1 && l->conv.groups == 1 &&
                    !l->conv.replicate_first;
     if (direct_conv(N, (double)N * hid * (c * l->conv.kernel + 1)))
-        return k3 && GPU_RESBLOCK_STEP_FITS(c, hid) ? RESBLOCK_STEP : RESBLOCK_DIRECT;
+        return k3 && GPU_RESBLOCK_STEP_FITS(c, hid) && GPU_RESBLOCK_STEP_SMEM(c) <= B->L->smem_optin ? RESBLOCK_STEP
+                                                                                                  : RESBLOCK_DIRECT;
     if (w->wf && !with_last && GPU_RESBLOCK_MMA_FITS(c, hid, T) && N >= B->L->mma_min_cols) return RESBLOCK_MMA;
     if (k3 && GPU_RESBLOCK_FITS(c, hid)) return RESBLOCK_KERNEL;
     return RESBLOCK_PRODUCTS;

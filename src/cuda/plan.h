@@ -107,6 +107,9 @@ struct gpu_layout {
     // The blocks a direct conv aims for: one wave, GPU_DIRECT_PER_SM on each of the device's SMs
     // (set by the batch from its device; GPU_DIRECT_SMS's otherwise)
     int direct_blocks;
+    // The shared memory a block may opt in to, bytes (set by the batch from its device; an
+    // H100's otherwise): whether op_resblock's step form fits (GPU_RESBLOCK_STEP_SMEM)
+    size_t smem_optin;
     size_t slot_elems;
     size_t st_next_pos, st_started, st_positions, st_resample;
     size_t st_conv[MIMI_MAX_SEANET_LAYERS], st_keys[GPU_MAX_LAYERS], st_values[GPU_MAX_LAYERS];

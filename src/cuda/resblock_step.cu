@@ -7,7 +7,7 @@
  * over blocks whose parts a last block summed, then the 1x1 conv staging the hidden activations
  * again; each kernel a chain of round trips (input staging, parts, counter, epilogue) of 5-8 us
  * for a few MFLOP. Here a block takes a tile of TC columns of one row and all of its channels:
- *   1. the weights (W1^T, W2^T with their bias rows, 33 KB at 64 channels and 131 KB at 128)
+ *   1. the weights (W1^T, W2^T with their bias rows, 32 KB at 64 channels and 129 KB at 128)
  *      requested into shared memory before the predecessor is waited for; then the window,
  *      elu(x) of the tile's columns and the two before them (the history where the row starts),
  *      with x of the thread's own outputs kept in registers for the residual;
@@ -127,6 +127,7 @@ static __global__ void __launch_bounds__(step_shape<C, TC>::THREADS) resblock_st
 template <int C, int TC>
 static int launch_step(const struct op_resblock *a, struct gpu_exec *ex) {
     typedef step_shape<C, TC> S;
+    static_assert(TC != GPU_RESBLOCK_STEP_TC || sizeof(float) * S::FLOATS == GPU_RESBLOCK_STEP_SMEM(C), "ops.h's size");
     const size_t smem = sizeof(float) * S::FLOATS;
     if (cudaFuncSetAttribute(resblock_step_kernel<C, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
         cudaSuccess)
@@ -149,5 +150,5 @@ extern "C" int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_e
                      a->hid, a->in.K, a->in.S, a->in.H, a->in.R, a->in.T);
         return MIMI_EUNSUPPORTED;
     }
-    return c == 64 ? launch_step<64, 8>(a, ex) : launch_step<128, 8>(a, ex);
+    return c == 64 ? launch_step<64, GPU_RESBLOCK_STEP_TC>(a, ex) : launch_step<128, GPU_RESBLOCK_STEP_TC>(a, ex);
 }
