@@ -510,6 +510,16 @@ static void resblock_last_case(int precision, int T) {
     free(x), free(w), free(state), free(out[0]), free(out[1]), free(hist[0]), free(hist[1]);
 }
 
+// Column u (from -2) of [history | elu(x)] of channel i and row r, x (C, R, T) and each slot's
+// history (C, 2) at state + slot * stride (zeros on a padding row): resblock_step_case's window.
+static float step_window(const float *x, const float *state, const int32_t *row_slot, size_t stride, int R, int T,
+                         int i, int r, int u) {
+    if (u < 0) return row_slot[r] < 0 ? 0.0f : state[row_slot[r] * stride + (size_t)i * 2 + u + 2];
+    float v = x[((size_t)i * R + r) * T + u];
+    mimi_elu(&v, 1);
+    return v;
+}
+
 // A small step's resblock kernel (op_resblock.step) over 3 rows (a padding row among them, one
 // slot deep in its signal with a history, one fresh) of T columns, C channels:
 // - against a host reference in double (both ELUs from mimi_elu): rel. L2 below 1e-6;
@@ -552,9 +562,7 @@ static void resblock_step_case(int C, int T) {
                 for (int i = 0; i < C; i++)
                     for (int k = 0; k < K; k++) {
                         const int u = t + k - H;  // [history | elu(x)] column
-                        float xv = u >= 0 ? x[((size_t)i * R + r) * T + u]
-                                 : row_slot[r] < 0 ? 0.0f : state[row_slot[r] * stride + (size_t)i * H + u + H];
-                        if (u >= 0) mimi_elu(&xv, 1);
+                        const float xv = step_window(x, state, row_slot, stride, R, T, i, r, u);
                         v += (double)w[(size_t)(i * K + k) * HID + j] * xv;
                     }
                 float e = (float)v;
@@ -600,9 +608,7 @@ static void resblock_step_case(int C, int T) {
         for (int r = 0; r < R; r++)
             for (int j = 0; j < H; j++) {
                 const int u = T - H + j;
-                float v = u >= 0 ? x[((size_t)i * R + r) * T + u]
-                        : row_slot[r] < 0 ? 0.0f : state[row_slot[r] * stride + (size_t)i * H + u + H];
-                if (u >= 0) mimi_elu(&v, 1);
+                const float v = step_window(x, state, row_slot, stride, R, T, i, r, u);
                 const float got = tail[((size_t)i * R + r) * H + j];
                 tail_wrong += fabsf(got - v) > 1e-6f * (1.0f + fabsf(v)) || got != got;
                 if (C == 64 && row_slot[r] >= 0)

@@ -16,6 +16,17 @@
 
 #define STREAM(ex) ((cudaStream_t)(ex)->stream)
 
+// ---- asynchronous copies into shared memory (cp.async; the caller commits and waits) ----
+static __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+static __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+
 // ---- programmatic dependent launch ----
 // With ex->pdl every kernel is launched as a programmatic dependent of the kernel before it on
 // the stream (and captured so into the graphs): the GPU may schedule it while its predecessor

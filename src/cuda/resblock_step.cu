@@ -38,10 +38,7 @@ struct step_shape {
 
 // n float4 from src to dst (shared memory), thread tid of `threads`, as cp.async copies.
 static __device__ __forceinline__ void stage_async(float *dst, const float *src, int n, int tid, int threads) {
-    for (int e = tid; e < n; e += threads) {
-        const unsigned d = (unsigned)__cvta_generic_to_shared((float4 *)dst + e);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"((const float4 *)src + e) : "memory");
-    }
+    for (int e = tid; e < n; e += threads) cp_async16((float4 *)dst + e, (const float4 *)src + e);
 }
 
 template <int C, int TC>

@@ -274,9 +274,7 @@ static __device__ void tr_stage_wo(const float *out_proj, int d, int h, int j0, 
     const int per_row = GPU_ATT_ONEPASS_HD / 4;
     for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
         const int j = j0 + e / per_row, k = e % per_row;
-        const float *src = out_proj + (size_t)j * d + (size_t)h * GPU_ATT_ONEPASS_HD + 4 * k;
-        const unsigned dst = (unsigned)__cvta_generic_to_shared(wo + (size_t)(j - j0) * TR_WO + 4 * k);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+        cp_async16(wo + (size_t)(j - j0) * TR_WO + 4 * k, out_proj + (size_t)j * d + (size_t)h * GPU_ATT_ONEPASS_HD + 4 * k);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
