@@ -114,7 +114,7 @@ static void emu_conv(const struct op_conv *a) {
 static void emu_last_conv(const struct op_resblock *a, const float *y) {
     struct op_im2col in = a->in;
     in.x = y, in.hist = a->last.hist, in.H = in.K - 1, in.elu = 1, in.replicate = 0;
-    struct op_conv conv = {in, a->last.w, a->last.out, 1, in.c_in * in.K + 1, 1, 0, 0, {0, 0, NULL, NULL}, 1, NULL, 0};
+    struct op_conv conv = {in, a->last.w, a->last.out, 1, in.c_in * in.K + 1, 1, 0, 0, {0, 0, NULL, NULL}, 1, NULL, 0, 0};
     emu_conv(&conv);
     emu_carry(&in);
 }
@@ -859,6 +859,13 @@ static int count_steps(const struct gpu_plan *p) {
     return n;
 }
 
+// Convs in the rows form (op_conv.rows).
+static int count_rows(const struct gpu_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == GOP_CONV && p->ops[i].u.conv.rows;
+    return n;
+}
+
 // Resblocks that run the encoder's first conv too (op_resblock.first).
 static int count_first(const struct gpu_plan *p) {
     int n = 0;
@@ -980,9 +987,18 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     int folded;
     CHECK_EQ(count_elu(&dec.plans[1], &folded), 0);
     CHECK_EQ(folded, 5);
-    // one stream's encoder: the ELU before each downsampling by the resblock's last kernel
+    // one stream's encoder: the ELU before each downsampling by the resblock's last kernel, and
+    // the one before the last conv by the last downsampling's
     CHECK_EQ(count_elu(&enc.plans[1], &folded), 0);
-    CHECK_EQ(folded, 4);
+    CHECK_EQ(folded, 5);
+    // one stream's late SEANet convs and resampling convs on the rows kernel, which stages their
+    // windows and histories itself: no im2col and no carry in one stream's steps
+    CHECK_EQ(count_rows(&enc.plans[1]), 3);
+    CHECK_EQ(count_rows(&dec.plans[1]), 1);
+    for (int d = 0; d < 2; d++) {
+        const struct gpu_plan *one = d ? &dec.plans[1] : &enc.plans[1];
+        CHECK_EQ(count_ops(one, GOP_IM2COL) + count_ops(one, GOP_CARRY), 0);
+    }
     int narrow;  // strict: the decoder's last conv on its own kernel
     CHECK_EQ(count_last(&dec.plans[WIDE], &narrow), 0);
     // up to 4 slots (8 transformer rows): the whole transformer as one persistent op
@@ -1509,7 +1525,7 @@ static long direct_grid_max(const struct gpu_plan *p, int *n) {
     for (int i = 0; i < p->n_ops; i++) {
         const struct gpu_op *op = &p->ops[i];
         long blocks;
-        if (op->kind == GOP_CONV && !op->u.conv.narrow) {
+        if (op->kind == GOP_CONV && !op->u.conv.narrow && !op->u.conv.rows) {
             const struct op_conv *c = &op->u.conv;
             blocks = gpu_direct_tiles(c->in.R * (c->in.T / c->in.S), c->c_out, 1) * c->split.splits;
         } else if (op->kind == GOP_CONVTR_DIRECT) {

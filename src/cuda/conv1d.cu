@@ -305,6 +305,7 @@ extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
         return MIMI_EINVAL;
     }
     if (a->narrow) return launch_narrow(a, ex);
+    if (a->rows) return mimi_cuda_conv_rows(a, ex);
     return direct_launch(conv_geom{*a}, a->in.R * (a->in.T / a->in.S), a->c_out, 1, ex, "conv");
 }
 

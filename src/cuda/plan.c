@@ -316,7 +316,8 @@ static int bf16_product(const struct builder *B, int N, int ck) {
 // accumulate = 0 only; in bfloat16 (bf16_product) with W16, W in bf16 with rows of
 // gpu_conv_ld_bf16(c_in*K + 1) values (c_in*K without bias). With `elu_out` (y only feeds an ELU
 // next) the conv's own kernel applies that ELU to y where it can (one conv kernel, or a product
-// on the skinny kernel); returns whether it does.
+// on the skinny kernel); returns whether it does. Products of few columns and large weights
+// (gpu_rows_fit) run as one op_conv in its rows form instead, without im2col.
 static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
                      const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate, int elu_out) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
@@ -329,15 +330,25 @@ static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *
     if (direct || narrow) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
-                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL, 0};
+                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL, 0, 0};
         if (d->in.H > 0 && !narrow && T % c->stride == 0) d->tail = stage_tail(B, hist, c->c_in, d->in.H);
         d->elu_out = elu_out;
         if (d->in.H > 0 && !d->tail) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
         return elu_out;
     }
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
-    // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
     const int bf16 = bf16_product(B, N, ck - with_bias);
+    if (!bf16 && gpu_rows_fit(c->c_out, N, ck) && ld % 4 == 0 && T % c->stride == 0) {
+        // few columns, large weights: the product on the rows kernel, which stages the windows
+        // and the newest history itself (an im2col and a carry fewer in the step's chain)
+        struct op_conv *d = &emit(B, GOP_CONV, "conv_rows")->u.conv;
+        *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, 0, 0,
+                              {1, 0, NULL, NULL}, 0, NULL, elu_out, 1};
+        if (d->in.H > 0) d->tail = stage_tail(B, hist, c->c_in, d->in.H);
+        if (d->in.H > 0 && !d->tail) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
+        return elu_out;
+    }
+    // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
     if (bf16 && !W16) B->rc = MIMI_EUNSUPPORTED;
     const int kk = !with_bias ? ck : bf16 ? gpu_conv_ld_bf16(ck) : reduction(B, ck);
     struct op_im2col a = conv_input(B, c, x, T, elu, hist, kk - (ck - with_bias));
@@ -580,10 +591,13 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                 i++;
                 break;
             }
-            // an ELU then a transposed conv next: the ELU may ride in this conv's kernel
+            // an ELU then a transposed conv or a conv next (the encoder's last downsampling,
+            // whose product every block of the next one would stage and activate again): the
+            // ELU may ride in this conv's kernel
             const int elu_next = i + 2 < s->n_layers && s->layers[i + 1].kind == SEANET_ELU &&
-                                 s->layers[i + 2].kind == SEANET_CONVTR &&
-                                 convtr_elu_pass(B, &s->layers[i + 2].conv, w[i + 2].wf, T / c->stride);
+                                 ((s->layers[i + 2].kind == SEANET_CONVTR &&
+                                   convtr_elu_pass(B, &s->layers[i + 2].conv, w[i + 2].wf, T / c->stride)) ||
+                                  s->layers[i + 2].kind == SEANET_CONV);
             if (conv_mma_takes(B, c, w[i].wf, T, pending_elu, mem)) {
                 // FAST_BF16's first downsamplings: the conv reads elu(x) in place, no im2col
                 struct op_conv_mma *cm = &emit(B, GOP_CONV_MMA, "conv_mma")->u.conv_mma;
