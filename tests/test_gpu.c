@@ -202,132 +202,6 @@ static void test_products(void) {
     product_case(0, 5, 1536, 512, 512, 0.0f, 0);    // under 1 M weights: skinny_kernel
 }
 
-// Column j of [history | f(x)] of channel i and row r (conv_rows_case's window), f = ELU when elu:
-// x (C, R, T); a slot's history (C, H) at state + slot * stride, its started flag after it.
-static float rows_window(const float *x, const float *state, const int32_t *row_slot, size_t stride, int C, int R,
-                         int T, int H, int elu, int replicate, int i, int r, int j) {
-    const int slot = row_slot[r];
-    float v;
-    if (j >= H) v = x[((size_t)i * R + r) * T + j - H];
-    else if (slot < 0) return 0.0f;
-    else if (replicate && !((const int32_t *)state)[slot * stride + (size_t)C * H]) v = x[((size_t)i * R + r) * T];
-    else return state[slot * stride + (size_t)i * H + j];
-    if (elu) mimi_elu(&v, 1);
-    return v;
-}
-
-// A conv in op_conv's rows form (R rows of T columns, C_IN -> C_OUT, kernel K, stride S; with R
-// = 3 a padding row among them, one slot deep in its signal, one fresh) against the same conv as
-// im2col, the skinny product and a carry, which stage the same values and sum them in the same
-// order: the outputs, and the staged history against the carried one, agree bit for bit; the
-// outputs against a double reference within rel. L2 1e-5 (f32 sums of up to 8 K values).
-static void conv_rows_case(int C_IN, int C_OUT, int K, int S, int T, int R, int bias, int elu, int elu_out,
-                           int replicate) {
-    const int H = K - S, To = T / S, N = R * To, CK = C_IN * K, KK = CK + bias, LD = (KK + 3) & ~3;
-    const size_t stride = (size_t)C_IN * H + 4, nx = (size_t)C_IN * R * T, nw = (size_t)C_OUT * LD;
-    const size_t ny = (size_t)C_OUT * N, nt = (size_t)C_IN * R * H, ncol = (size_t)KK * N;
-    const int32_t slots3[3] = {1, -1, 0}, slots1[1] = {1};
-    const int32_t *row_slot = R == 3 ? slots3 : slots1;
-    float *x = malloc(sizeof(float) * nx), *w = calloc(nw, sizeof(float)), *state = calloc(2 * stride, 4);
-    float *y[2] = {malloc(sizeof(float) * ny), malloc(sizeof(float) * ny)}, *want = malloc(sizeof(float) * ny);
-    float *tail = malloc(sizeof(float) * nt), *carried = malloc(sizeof(float) * 2 * stride);
-    float *dx = NULL, *dy = NULL, *dw = NULL, *dstate = NULL, *dtail = NULL, *dcol = NULL;
-    int32_t *drs = NULL;
-    CHECK(R == 1 || R == 3);
-    CHECK(x && w && state && y[0] && y[1] && want && tail && carried);
-    CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * ny), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dw, sizeof(float) * nw), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dtail, sizeof(float) * nt), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&dcol, sizeof(float) * ncol), cudaSuccess);
-    CHECK_EQ(cudaMalloc((void **)&drs, sizeof(int32_t) * R), cudaSuccess);
-    if (!x || !w || !state || !y[0] || !y[1] || !want || !tail || !carried || !dx || !dy || !dw || !dstate || !dtail ||
-        !dcol || !drs)
-        return;
-    for (size_t i = 0; i < nx; i++) x[i] = 3.0f * (test_rng_float() - 0.5f);
-    for (int o = 0; o < C_OUT; o++)
-        for (int p = 0; p < KK; p++) w[(size_t)o * LD + p] = 0.05f * test_rng_float();
-    for (int sl = 0; sl < 2; sl++)  // both slots' histories; slot 1 started, slot 0 fresh
-        for (int i = 0; i < C_IN * H; i++) state[sl * stride + i] = test_rng_float() - 0.5f;
-    ((int32_t *)state)[stride + (size_t)C_IN * H] = 1;
-    for (int o = 0; o < C_OUT; o++)
-        for (int r = 0; r < R; r++)
-            for (int t = 0; t < To; t++) {
-                double v = bias ? w[(size_t)o * LD + CK] : 0.0;
-                for (int i = 0; i < C_IN; i++)
-                    for (int k = 0; k < K; k++)
-                        v += (double)w[(size_t)o * LD + i * K + k] *
-                             rows_window(x, state, row_slot, stride, C_IN, R, T, H, elu, replicate, i, r, t * S + k);
-                float f = (float)v;
-                if (elu_out) mimi_elu(&f, 1);
-                want[(size_t)o * N + r * To + t] = f;
-            }
-    cudaMemcpy(dx, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
-    cudaMemcpy(dw, w, sizeof(float) * nw, cudaMemcpyHostToDevice);
-    cudaMemcpy(drs, row_slot, sizeof(int32_t) * R, cudaMemcpyHostToDevice);
-    char msg[256] = "";
-    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, NULL, NULL, 0};
-    const struct op_im2col in = {dx, dcol, dstate, (const int32_t *)(dstate + (size_t)C_IN * H), drs, stride, C_IN, K,
-                                 S, H, T, R, elu, replicate, bias, 0, 0};
-    struct op_conv conv = {in, dw, dy, C_OUT, LD, bias, 0, 0, {1, 0, NULL, NULL}, 0, dtail, elu_out, 1};
-    for (int run = 0; run < 2; run++) {  // 0: the rows form; 1: im2col, the product and the carry
-        cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
-        cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
-        cudaMemset(dtail, 0xFF, sizeof(float) * nt);
-        if (run == 0) {
-            CHECK_EQ(mimi_cuda_conv(&conv, &ex), MIMI_OK);
-        } else {
-            struct op_gemm g = {0};
-            g.m = N, g.n = C_OUT, g.k = KK, g.a = dcol, g.lda = N, g.b = dw, g.ldb = LD, g.c = dy, g.ldc = N;
-            g.elu = elu_out;
-            CHECK_EQ(mimi_cuda_im2col(&in, &ex), MIMI_OK);
-            CHECK_EQ(mimi_cuda_gemm(&g, &ex), MIMI_OK);
-            CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
-        }
-        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        cudaMemcpy(y[run], dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
-        if (run == 0) cudaMemcpy(tail, dtail, sizeof(float) * nt, cudaMemcpyDeviceToHost);
-        else cudaMemcpy(carried, dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
-    }
-    size_t differ = 0, hist_differ = 0, nans = 0;
-    for (size_t i = 0; i < ny; i++) differ += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0, nans += y[0][i] != y[0][i];
-    for (int i = 0; i < C_IN; i++)
-        for (int r = 0; r < R; r++)
-            for (int j = 0; j < H && row_slot[r] >= 0; j++)
-                hist_differ += memcmp(&tail[((size_t)i * R + r) * H + j],
-                                      &carried[row_slot[r] * stride + (size_t)i * H + j], sizeof(float)) != 0;
-    const double rel = rel_l2(y[0], want, ny);
-    printf("  conv rows form %d -> %d, K %d, S %d, %d x %d columns%s%s%s%s: rel_l2 %.2e vs double; %zu outputs and %zu "
-           "history values differ from im2col, product and carry; %zu NaN %s\n", C_IN, C_OUT, K, S, R, To,
-           bias ? ", bias" : "", elu ? ", ELU in" : "", elu_out ? ", ELU out" : "", replicate ? ", replicate" : "", rel,
-           differ, hist_differ, nans, msg);
-    CHECK(rel < 1e-5);
-    CHECK_EQ(differ, 0);
-    CHECK_EQ(hist_differ, 0);
-    CHECK_EQ(nans, 0);
-    // refused: a residual, or more columns than the rows kernel takes
-    struct op_conv bad = conv;
-    bad.accumulate = 1;
-    CHECK_EQ(mimi_cuda_conv(&bad, &ex), MIMI_EINVAL);
-    bad = conv;
-    bad.in.T = T * (GPU_ROWS_MAX_COLS + 1);
-    CHECK_EQ(mimi_cuda_conv(&bad, &ex), MIMI_EINVAL);
-    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dstate), cudaFree(dtail), cudaFree(dcol), cudaFree(drs);
-    free(x), free(w), free(state), free(y[0]), free(y[1]), free(want), free(tail), free(carried);
-}
-
-// One stream's rows convs as the plans take them, and the window's other cases.
-static void test_conv_rows(void) {
-    conv_rows_case(512, 1024, 16, 8, 16, 1, 1, 0, 0, 0);  // the encoder's last downsampling
-    conv_rows_case(512, 1024, 16, 8, 16, 1, 1, 0, 1, 0);  // with the ELU after it
-    conv_rows_case(1024, 512, 3, 1, 2, 1, 1, 1, 0, 0);    // the last conv, ELU'd as it reads
-    conv_rows_case(512, 512, 4, 2, 2, 1, 0, 0, 0, 0);     // the resampling conv, no bias
-    conv_rows_case(512, 1024, 7, 1, 2, 1, 1, 0, 1, 0);    // the decoder's first conv
-    conv_rows_case(512, 1024, 7, 1, 2, 3, 1, 1, 0, 1);    // 3 rows, replicate padding, ELU in
-    conv_rows_case(512, 1024, 7, 1, 2, 3, 1, 0, 0, 0);    // 3 rows, zeros for the padding row
-}
-
 // ---- MIMI_PRECISION_FAST_BF16's operands ----
 
 // The bfloat16 value whose bits are h.
@@ -368,7 +242,7 @@ static void im2col_bf16_case(int c_in, int R, int T, int K, int S) {
     cudaMemcpy(dstate, state, sizeof(float) * stride * R, cudaMemcpyHostToDevice);
     cudaMemcpy(drs, row_slot, sizeof(int32_t) * R, cudaMemcpyHostToDevice);
     struct op_im2col a = {dx, dcol, dstate + 32, (const int32_t *)dstate, drs, stride, c_in, K, S, H, T, R, 1, 0,
-                          ones, 0, 0};
+                          ones, 0, 0, NULL};
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
     CHECK_EQ(mimi_cuda_im2col(&a, &ex), MIMI_OK);
@@ -600,7 +474,7 @@ static void resblock_last_case(int precision, int T) {
     struct gpu_exec ex = {NULL, NULL, precision, msg, sizeof msg, 0, NULL, NULL, 0};
     const int fast_elu = precision == MIMI_PRECISION_FAST_BF16;
     const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + 256), drs, stride, C, K, 1, K - 1, T, R,
-                                 1, 0, 0, 0, fast_elu};
+                                 1, 0, 0, 0, fast_elu, NULL};
     struct op_im2col last_in = in;
     last_in.x = dy, last_in.hist = dstate + C * (K - 1);
     for (int fused = 0; fused < 2; fused++) {
@@ -610,7 +484,7 @@ static void resblock_last_case(int precision, int T) {
                                  0, {{0}, NULL, 0}, {0, 0, NULL}};
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) {
-            struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL, 0, 0};
+            struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL, 0};
             CHECK_EQ(mimi_cuda_conv(&conv, &ex), MIMI_OK);
             CHECK_EQ(mimi_cuda_carry(&last_in, &ex), MIMI_OK);
         }
@@ -708,7 +582,7 @@ static void resblock_step_case(int C, int T) {
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, NULL, NULL, 0};
     const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + C * H), drs, stride, C, K, 1, H, T, R,
-                                 1, 0, 0, 0, 0};
+                                 1, 0, 0, 0, 0, NULL};
     // run 0: the step kernel; 1: with elu_out; 2: op_resblock and its carry (64 channels)
     for (int run = 0; run < (C == 64 ? 3 : 2); run++) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
@@ -816,9 +690,9 @@ static void resblock_first_case(int precision, int T) {
     struct gpu_exec ex = {NULL, NULL, precision, msg, sizeof msg, 0, NULL, NULL, 0};
     const int fast_elu = precision == MIMI_PRECISION_FAST_BF16;
     const int32_t *started = (const int32_t *)(dstate + 256);
-    const struct op_im2col in = {dx, NULL, dstate, started, drs, stride, C, K, 1, K - 1, T, R, 1, 0, 0, 0, fast_elu};
+    const struct op_im2col in = {dx, NULL, dstate, started, drs, stride, C, K, 1, K - 1, T, R, 1, 0, 0, 0, fast_elu, NULL};
     const struct op_im2col pin = {dpcm, NULL, dstate + C * (K - 1), started, drs, stride, 1, KF, 1, KF - 1, T, R,
-                                  0, 0, 0, 0, fast_elu};
+                                  0, 0, 0, 0, fast_elu, NULL};
     for (int fused = 0; fused < 2; fused++) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
@@ -925,7 +799,7 @@ static void resblock_mma_case(int C, int T) {
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
     const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + stride - 1), drs, stride, C, K, 1, K - 1, T, R,
-                                 1, 0, 0, 1, 1};
+                                 1, 0, 0, 1, 1, NULL};
     const struct op_resblock_mma rb = {in, df, df + nf1, dw, dw + n1, ld1, ld2, HID, dy};
     CHECK_EQ(mimi_cuda_resblock_mma(&rb, &ex), MIMI_OK);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -1012,7 +886,7 @@ static void conv_mma_case(int CIN, int COUT, int S, int T) {
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
     const struct op_im2col in = {dx, NULL, dstate, (const int32_t *)(dstate + stride - 1), drs, stride, CIN, K, S, H, T, R,
-                                 1, 0, 0, 1, 1};
+                                 1, 0, 0, 1, 1, NULL};
     const struct op_conv_mma cm = {in, df, dw, ld, COUT, dy};
     CHECK_EQ(mimi_cuda_conv_mma(&cm, &ex), MIMI_OK);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -1104,7 +978,8 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
     cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_FAST_BF16, msg, sizeof msg, 0, NULL, NULL, 0};
-    const struct op_convtr_mma a = {{NULL, dx, dw, dw + nw, dy, dstate, drs, stride, COUT, K, S, T, R, 0}, df, CIN, 1};
+    const struct op_convtr_mma a = {{NULL, dx, dw, dw + nw, dy, dstate, drs, stride, COUT, K, S, T, R, 0, NULL}, df,
+                                    CIN, 1};
     CHECK_EQ(mimi_cuda_convtr_mma(&a, &ex), MIMI_OK);
     CHECK_EQ(mimi_cuda_convtr_mma_tail(&a, &ex), MIMI_OK);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -1129,7 +1004,9 @@ static void convtr_mma_case(int CIN, int COUT, int S, int T) {
 // A transposed conv's output launch storing the new tails (op_convtr.carry) against the output
 // launch and then the tail launch, bit for bit: the depthwise upsampling (K 4, S 2) and a dense
 // layer's taps (K 8, S 4) over 5 rows (slots with tails, a padding row, a fresh slot), T steps.
-// Then a geometry whose new tail would take old columns (S*T < K - S) is refused by name.
+// Then a geometry whose new tail would take old columns (S*T < K - S) is refused by name. A
+// dense layer with K = 2S also stages its new tails (op_convtr.next, small steps): the outputs
+// and the old tails as the tail launch's run leaves them, the staged tails as it stores them.
 static void convtr_carry_case(int dense, int K, int S, int T) {
     enum { R = 5, C = 6, NS = 4 };
     const int P = K - S;
@@ -1152,28 +1029,55 @@ static void convtr_carry_case(int dense, int K, int S, int T) {
     char msg[256] = "";
     struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, NULL, NULL, 0};
     struct op_convtr a = {dense ? dh : NULL, dh + nt, dense ? NULL : dh + nt + nx, dh + nt + nx + C * K, dy, dh + n, drs,
-                          stride, C, K, S, T, R, 0};
-    for (int carry = 0; carry < 2; carry++) {
+                          stride, C, K, S, T, R, 0, NULL};
+    const int staged = dense && K == 2 * S;
+    float *next = malloc(sizeof(float) * C * R * P), *dnext = NULL;
+    CHECK(next != NULL);
+    if (staged) CHECK_EQ(cudaMalloc((void **)&dnext, sizeof(float) * C * R * P), cudaSuccess);
+    if (!next || (staged && !dnext)) return;
+    size_t ydiff = 0, tdiff = 0, moved = 0, sdiff = 0, kept = 0;
+    // run 0: the output and tail launches; 1: the output launch carrying; 2: staging
+    for (int run = 0; run < 2 + staged; run++) {
         cudaMemcpy(dh, h, sizeof(float) * (n + NS * stride), cudaMemcpyHostToDevice);
-        a.carry = carry;
+        a.carry = run == 1, a.next = run == 2 ? dnext : NULL;
+        if (run == 2) cudaMemset(dnext, 0xFF, sizeof(float) * C * R * P);  // NaN: every value must be written
         CHECK_EQ(mimi_cuda_convtr_out(&a, &ex), MIMI_OK);
-        if (!carry) CHECK_EQ(mimi_cuda_convtr_tail(&a, &ex), MIMI_OK);
+        if (run == 0) CHECK_EQ(mimi_cuda_convtr_tail(&a, &ex), MIMI_OK);
         CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        cudaMemcpy(y[carry], dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
-        cudaMemcpy(st[carry], dh + n, sizeof(float) * NS * stride, cudaMemcpyDeviceToHost);
+        cudaMemcpy(y[run % 2], dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
+        if (run < 2) cudaMemcpy(st[run], dh + n, sizeof(float) * NS * stride, cudaMemcpyDeviceToHost);
+        if (run == 2) cudaMemcpy(next, dnext, sizeof(float) * C * R * P, cudaMemcpyDeviceToHost);
+        if (run == 1) {
+            for (size_t i = 0; i < ny; i++) ydiff += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
+            for (size_t i = 0; i < NS * stride; i++) {
+                tdiff += memcmp(&st[0][i], &st[1][i], sizeof(float)) != 0;
+                moved += st[1][i] != h[n + i];
+            }
+        }
     }
-    size_t ydiff = 0, tdiff = 0, moved = 0;
-    for (size_t i = 0; i < ny; i++) ydiff += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
-    for (size_t i = 0; i < NS * stride; i++) {
-        tdiff += memcmp(&st[0][i], &st[1][i], sizeof(float)) != 0;
-        moved += st[1][i] != h[n + i];
+    if (staged) {
+        float *now = st[1];  // the state the staging run left: untouched
+        cudaMemcpy(now, dh + n, sizeof(float) * NS * stride, cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < NS * stride; i++) kept += memcmp(&now[i], &h[n + i], sizeof(float)) == 0;
+        for (int o = 0; o < C; o++)
+            for (int r = 0; r < R; r++)
+                for (int j = 0; j < P && row_slot[r] >= 0; j++)
+                    sdiff += memcmp(&next[((size_t)o * R + r) * P + j], &st[0][row_slot[r] * stride + (size_t)o * P + j],
+                                    sizeof(float)) != 0;
+        // the staging run's outputs (y[0]) against the carrying run's (y[1], equal to the first's)
+        for (size_t i = 0; i < ny; i++) ydiff += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
     }
     printf("  transposed conv (%s, K %d, S %d, T %d), its tails stored by the output launch vs the tail launch: "
-           "%zu outputs and %zu state values differ, %zu tail values new\n", dense ? "dense" : "depthwise", K, S, T,
-           ydiff, tdiff, moved);
+           "%zu outputs and %zu state values differ, %zu tail values new%s%zu staged values differ, %zu of %zu state "
+           "values kept\n", dense ? "dense" : "depthwise", K, S, T, ydiff, tdiff, moved, staged ? "; staged: " : "; ",
+           sdiff, kept, staged ? NS * stride : 0);
     CHECK_EQ(ydiff, 0);
     CHECK_EQ(tdiff, 0);
     CHECK(moved > 0);
+    CHECK_EQ(sdiff, 0);
+    if (staged) CHECK_EQ(kept, NS * stride);
+    cudaFree(dnext);
+    free(next);
     struct op_convtr bad = a;
     bad.K = 2 * S + 2 * S * T;  // P = S + 2 S T > S T
     CHECK_EQ(mimi_cuda_convtr_out(&bad, &ex), MIMI_EUNSUPPORTED);
@@ -1412,6 +1316,8 @@ static void test_bf16_operands(void) {
     convtr_carry_case(0, 4, 2, 1);  // the upsampling of a streaming step
     convtr_carry_case(0, 4, 2, 7);
     convtr_carry_case(1, 8, 4, 3);
+    convtr_carry_case(1, 8, 4, 4);   // four steps a thread, and staged tails there
+    convtr_carry_case(1, 16, 8, 2);  // one stream's first SEANet upsampling
     attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one
@@ -2267,7 +2173,6 @@ int main(int argc, char **argv) {
     if (clip_frames < FRAMES + 30) SKIP("clip too short");
 #ifdef MIMI_TEST_CUDA_RUNTIME
     test_products();
-    test_conv_rows();
     test_gemm_tune();
     test_bf16_operands();
 #endif

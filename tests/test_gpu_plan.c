@@ -75,6 +75,10 @@ static void emu_im2col(const struct op_im2col *a) {
                 for (int t = 0; t < To; t++)
                     put_value(a->col, ((size_t)i * a->K + k) * N + (size_t)r * To + t, xin(a, i, r, t * a->S + k),
                               a->col_bf16);
+    if (a->tail)  // the newest H columns of [hist | f(x)], (c_in, R, H), for the step's tails op
+        for (int i = 0; i < a->c_in; i++)
+            for (int r = 0; r < a->R; r++)
+                for (int j = 0; j < a->H; j++) a->tail[((size_t)i * a->R + r) * a->H + j] = xin(a, i, r, a->T + j);
 }
 
 static void emu_carry(const struct op_im2col *a) {
@@ -114,7 +118,7 @@ static void emu_conv(const struct op_conv *a) {
 static void emu_last_conv(const struct op_resblock *a, const float *y) {
     struct op_im2col in = a->in;
     in.x = y, in.hist = a->last.hist, in.H = in.K - 1, in.elu = 1, in.replicate = 0;
-    struct op_conv conv = {in, a->last.w, a->last.out, 1, in.c_in * in.K + 1, 1, 0, 0, {0, 0, NULL, NULL}, 1, NULL, 0, 0};
+    struct op_conv conv = {in, a->last.w, a->last.out, 1, in.c_in * in.K + 1, 1, 0, 0, {0, 0, NULL, NULL}, 1, NULL, 0};
     emu_conv(&conv);
     emu_carry(&in);
 }
@@ -400,9 +404,21 @@ static void emu_convtr_tail(const struct op_convtr *a) {
         }
 }
 
-// (with `carry` the tail step's stores too, after every old tail column is read)
+// (with `carry` the tail step's stores too, after every old tail column is read; with `next`
+// the values it would store, staged as (c_out, R, P))
 static void emu_convtr_out(const struct op_convtr *a) {
     const int P = a->K - a->S, L = a->S * a->T;
+    for (int o = 0; a->next && o < a->c_out; o++)
+        for (int r = 0; r < a->R; r++) {
+            const int slot = slot_of(a->row_slot, r);
+            const float *tail = a->tail + (size_t)(slot < 0 ? 0 : slot) * a->slot_stride + (size_t)o * P;
+            const float b = a->bias ? a->bias[o] : 0.0f;
+            for (int j = 0; j < P; j++) {
+                float v = b + convtr_col(a, o, r, L + j);
+                if (L + j < P && slot >= 0) v += tail[L + j];
+                a->next[((size_t)o * a->R + r) * P + j] = v - b;
+            }
+        }
     for (int o = 0; o < a->c_out; o++)
         for (int r = 0; r < a->R; r++) {
             int slot = slot_of(a->row_slot, r);
@@ -859,13 +875,6 @@ static int count_steps(const struct gpu_plan *p) {
     return n;
 }
 
-// Convs in the rows form (op_conv.rows).
-static int count_rows(const struct gpu_plan *p) {
-    int n = 0;
-    for (int i = 0; i < p->n_ops; i++) n += p->ops[i].kind == GOP_CONV && p->ops[i].u.conv.rows;
-    return n;
-}
-
 // Resblocks that run the encoder's first conv too (op_resblock.first).
 static int count_first(const struct gpu_plan *p) {
     int n = 0;
@@ -988,16 +997,15 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     CHECK_EQ(count_elu(&dec.plans[1], &folded), 0);
     CHECK_EQ(folded, 5);
     // one stream's encoder: the ELU before each downsampling by the resblock's last kernel, and
-    // the one before the last conv by the last downsampling's
+    // the one before the last conv by the last downsampling's product
     CHECK_EQ(count_elu(&enc.plans[1], &folded), 0);
     CHECK_EQ(folded, 5);
-    // one stream's late SEANet convs and resampling convs on the rows kernel, which stages their
-    // windows and histories itself: no im2col and no carry in one stream's steps
-    CHECK_EQ(count_rows(&enc.plans[1]), 3);
-    CHECK_EQ(count_rows(&dec.plans[1]), 1);
+    // one stream: every history and tail staged for the step's tails launch, none carried by a
+    // launch of its own
     for (int d = 0; d < 2; d++) {
         const struct gpu_plan *one = d ? &dec.plans[1] : &enc.plans[1];
-        CHECK_EQ(count_ops(one, GOP_IM2COL) + count_ops(one, GOP_CARRY), 0);
+        CHECK_EQ(count_ops(one, GOP_CARRY) + count_ops(one, GOP_CONVTR_TAIL) + count_ops(one, GOP_CONVTR_COPY), 0);
+        CHECK_EQ(count_ops(one, GOP_TAILS), 1);
     }
     int narrow;  // strict: the decoder's last conv on its own kernel
     CHECK_EQ(count_last(&dec.plans[WIDE], &narrow), 0);
@@ -1525,7 +1533,7 @@ static long direct_grid_max(const struct gpu_plan *p, int *n) {
     for (int i = 0; i < p->n_ops; i++) {
         const struct gpu_op *op = &p->ops[i];
         long blocks;
-        if (op->kind == GOP_CONV && !op->u.conv.narrow && !op->u.conv.rows) {
+        if (op->kind == GOP_CONV && !op->u.conv.narrow) {
             const struct op_conv *c = &op->u.conv;
             blocks = gpu_direct_tiles(c->in.R * (c->in.T / c->in.S), c->c_out, 1) * c->split.splits;
         } else if (op->kind == GOP_CONVTR_DIRECT) {

@@ -34,9 +34,18 @@ static __device__ __forceinline__ size_t col_row(const struct op_im2col &a, int 
 // col[(i*K + k), r*T_out + t] = xin(i, r, t*S + k): blockIdx.y walks the input channels i (and
 // the rows of ones after them), x the output columns; each thread writes its column's K taps, so
 // the index arithmetic is done once per K values and consecutive threads write consecutive columns.
+// With a.tail set (small steps) the grid's threads also stage the newest H columns of
+// [hist | f(x)] there as (c_in, R, H): the history a carry would store, for the step's tails op.
 template <bool BF16>
 static __global__ void im2col_kernel(const struct op_im2col a) {
     pdl_begin();
+    if (a.tail) {
+        const int nt = a.c_in * a.R * a.H, stride = gridDim.x * gridDim.y * blockDim.x;
+        for (int e = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; e < nt; e += stride) {
+            const int j = e % a.H, ir = e / a.H;
+            a.tail[e] = xin(a, ir / a.R, ir % a.R, a.T + j);
+        }
+    }
     const unsigned To = a.T / a.S, N = (unsigned)a.R * To;
     for (int i = blockIdx.y; i < a.c_in + a.ones; i += gridDim.y) {
         const size_t row = col_row(a, i, a.K, N);
@@ -142,7 +151,11 @@ static int launch_im2col(const struct op_im2col *a, struct gpu_exec *ex) {
     const int rows = a->c_in + a->ones;
     // four columns per thread only where there are many columns: at one stream (N <= 1920) it
     // leaves too few threads to hide the loads (measured slower)
-    if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0) {
+    if (a->tail && a->H <= 0) {
+        if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "im2col: a staged history needs H > 0 (H = %d)", a->H);
+        return MIMI_EINVAL;
+    }
+    if (N >= 32768 && (a->T / a->S) % 4 == 0 && (uintptr_t)a->col % 16 == 0 && !a->tail) {
         const dim3 grid = grid_rows(N / 4, 256, rows);
         const bool vec = a->T % 4 == 0 && (uintptr_t)a->x % 16 == 0 && a->H == a->K - a->S;
         pdl_launch(vec ? im2col4_for<true, BF16>(a->K, a->S) : im2col4_for<false, BF16>(a->K, a->S), grid, 256, 0, ex,
@@ -305,7 +318,6 @@ extern "C" int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex) {
         return MIMI_EINVAL;
     }
     if (a->narrow) return launch_narrow(a, ex);
-    if (a->rows) return mimi_cuda_conv_rows(a, ex);
     return direct_launch(conv_geom{*a}, a->in.R * (a->in.T / a->in.S), a->c_out, 1, ex, "conv");
 }
 

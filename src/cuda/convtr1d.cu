@@ -73,6 +73,15 @@ static __device__ __forceinline__ float convtr_pair(const float *taps, unsigned 
     return __fadd_rn(__fadd_rn(b, taps[(size_t)(f + S) * N + n - 1]), taps[(size_t)f * N + n]);
 }
 
+// With a.next (small steps), the new tail of channel o, row r staged for the step's tails op:
+// column f is (bias + tap f + S of the row's last input step) - bias, as convtr_tail2_kernel
+// stores it; `last` points at tap 0 of that step (taps of one channel, N columns apart).
+static __device__ __forceinline__ void stage_next2(const struct op_convtr &a, int o, unsigned r, const float *last,
+                                                   unsigned N, float b) {
+    float *next = a.next + ((size_t)o * a.R + r) * a.S;
+    for (int f = 0; f < a.S; f++) next[f] = __fsub_rn(__fadd_rn(b, last[(size_t)(f + a.S) * N]), b);
+}
+
 static __global__ void convtr_out2_kernel(const struct op_convtr a) {
     pdl_begin();
     const unsigned N = (unsigned)a.R * a.T;
@@ -89,6 +98,7 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
                                                      convtr_pair(taps, N, n, S, f + 2, b), convtr_pair(taps, N, n, S, f + 3, b));
                 continue;
             }
+            if (a.next && t == a.T - 1) stage_next2(a, o, r, taps + n, N, b);
             if (t > 0) {
                 for (int f = 0; f < S; f++) y[f] = convtr_pair(taps, N, n, S, f, b);
                 continue;
@@ -110,6 +120,7 @@ static __global__ void convtr_out2x4_kernel(const struct op_convtr a) {
         const float *taps = a.taps + (size_t)o * 2 * S * N;
         for (unsigned g = blockIdx.x * blockDim.x + threadIdx.x; g < N4; g += gridDim.x * blockDim.x) {
             const unsigned n = 4 * g, r = n / a.T, t = n - r * a.T;
+            if (a.next && t + 4 == (unsigned)a.T) stage_next2(a, o, r, taps + n + 3, N, b);
             float out[4 * S];  // out[u*S + f]: output f of input step n + u
 #pragma unroll
             for (int f = 0; f < S; f++) {
@@ -136,6 +147,12 @@ static int launch_out2x4(const struct op_convtr *a, struct gpu_exec *ex) {
 }
 
 static int launch_out(const struct op_convtr *a, struct gpu_exec *ex) {
+    if (a->next && (a->carry || !a->taps || a->K != 2 * a->S)) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen, "convtr_out: a staged tail takes a dense layer with K = 2S and no carry "
+                     "(K %d, S %d)", a->K, a->S);
+        return MIMI_EINVAL;
+    }
     if (a->carry) {
         if (!GPU_CONVTR_OUT_CARRIES(a->K, a->S, a->T)) {
             if (ex->errmsg)

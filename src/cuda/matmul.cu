@@ -35,11 +35,6 @@ struct skinny {
     const float *ln_x, *ln_y, *ln_scale, *ln_w, *ln_b;  // x from a LayerNorm (op_gemm)
     float *ln_out;
     float ln_eps;
-    // With conv_on (op_conv's rows form, the rows kernel only), x is not read: the staged columns
-    // are conv's windows of [hist | f(x)], and tail (when set) receives the newest H columns.
-    struct op_im2col conv;
-    float *tail;
-    int conv_on;
 };
 
 // Where the small side is read: the operand, or the LayerNorm rows in shared memory.
@@ -215,6 +210,8 @@ static __global__ void skinny_kernel(const struct skinny a) {
 // the warps of a row in order), so a row's result does not depend on the grid.
 #define ROWS_U 2
 #define ROWS_RW 4
+#define ROWS_MIN_WEIGHTS (1 << 20)          // floats: below this, skinny_kernel
+#define ROWS_MAX_STAGE (96 * 1024)          // bytes of x per block (two blocks per SM)
 
 // xs (S, Kp) = x's columns, zeros past K. A thread has ROWS_STAGE_LOADS loads in flight; the
 // products' usual layout, (s, p) at s + p*S (an im2col buffer of S columns), is read as float4s.
@@ -266,74 +263,6 @@ static __device__ __forceinline__ void rows_stage_x(const struct skinny &a, floa
     }
 }
 
-// n / d by a multiplication, exact for n * d < 2^32: `magic` is magic_for(d).
-static __device__ __forceinline__ unsigned magic_for(unsigned d) { return d > 1 ? 0xFFFFFFFFu / d + 1 : 0; }
-static __device__ __forceinline__ unsigned div_by(unsigned n, unsigned d, unsigned magic) {
-    return d > 1 ? __umulhi(n, magic) : n;
-}
-
-// A conv's columns without an im2col (conv_on): xs (S, Kp) with value p < c_in*K of column s =
-// r*To + t the window value xin(i = p / K, r, t*S + p % K), the bias's one at p = c_in*K when the
-// reduction has it, zeros after. Each column's row, history and padding are looked up once in
-// shared memory; every thread then has ROWS_CONV_LOADS loads in flight (a stream's 16 K values a
-// block in about one round trip), the ELU applied once they are issued. With a tail, the grid's
-// threads also store the newest H columns of [hist | f(x)] as (c_in, R, H), for the step's tails
-// op (the slots' histories are stored there once every conv has read them).
-#define ROWS_CONV_LOADS 32
-static __device__ void rows_stage_conv(const struct skinny &a, float *xs, int Kp) {
-    struct column {
-        long long x, h;  // offsets of x[0, r, -H] and of the slot's history (-1: zeros)
-        int j0, rep;
-    };
-    __shared__ struct column cols[GPU_ROWS_MAX_COLS];
-    const struct op_im2col &c = a.conv;
-    const int To = c.T / c.S, CK = c.c_in * c.K;
-    if (threadIdx.x < a.S) {
-        const int s = threadIdx.x, r = s / To, slot = c.row_slot[r];
-        cols[s].x = (long long)r * c.T - c.H;
-        cols[s].h = slot >= 0 && c.H > 0 ? (long long)slot * (long long)c.slot_stride : -1LL;
-        cols[s].j0 = (s - r * To) * c.S;
-        cols[s].rep = c.replicate && slot >= 0 && !c.started[(size_t)slot * c.slot_stride];
-    }
-    __syncthreads();
-    const unsigned n = a.S * Kp, mk = magic_for(Kp), mc = magic_for(c.K);
-    const long long RT = (long long)c.R * c.T;
-    for (unsigned m0 = threadIdx.x; m0 < n; m0 += ROWS_CONV_LOADS * blockDim.x) {
-        float v[ROWS_CONV_LOADS];
-        bool act[ROWS_CONV_LOADS];
-#pragma unroll
-        for (int u = 0; u < ROWS_CONV_LOADS; u++) {
-            const unsigned m = m0 + u * blockDim.x, s = div_by(m, Kp, mk), p = m - s * Kp;
-            v[u] = 0.0f, act[u] = false;
-            if (m >= n) continue;
-            if (p >= (unsigned)CK) {
-                v[u] = p < (unsigned)a.K ? 1.0f : 0.0f;
-                continue;
-            }
-            const struct column &q = cols[s];
-            const unsigned i = div_by(p, c.K, mc);
-            const int j = q.j0 + (int)(p - i * c.K);
-            if (j >= c.H || q.rep) {
-                v[u] = c.x[q.x + i * RT + (j >= c.H ? j : c.H)];
-                act[u] = c.elu;
-            } else if (q.h >= 0) {
-                v[u] = c.hist[q.h + (long long)i * c.H + j];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < ROWS_CONV_LOADS; u++) {
-            const unsigned m = m0 + u * blockDim.x;
-            if (m < n) xs[m] = act[u] ? elu_f(v[u]) : v[u];
-        }
-    }
-    if (!a.tail) return;
-    const int nt = c.c_in * c.R * c.H;
-    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < nt; e += gridDim.x * blockDim.x) {
-        const int j = e % c.H, ir = e / c.H, r = ir % c.R;
-        a.tail[e] = xin(c, ir / c.R, r, c.T + j);
-    }
-}
-
 template <int SMAX>
 static __global__ void __launch_bounds__(32 * SKINNY_WARPS, 2) skinny_rows_kernel(const struct skinny a) {
     extern __shared__ float4 rows_smem[];
@@ -350,8 +279,7 @@ static __global__ void __launch_bounds__(32 * SKINNY_WARPS, 2) skinny_rows_kerne
             prefetch_l2(a.w + (long long)j * a.wj + p0, sizeof(float) * (p1 - p0), lane, 32);
         }
     pdl_begin();
-    if (a.conv_on) rows_stage_conv(a, xs, Kp);
-    else rows_stage_x(a, xs, Kp);
+    rows_stage_x(a, xs, Kp);
     __syncthreads();
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
         const int j0 = g * rows + jr;
@@ -411,7 +339,10 @@ static __global__ void __launch_bounds__(32 * SKINNY_WARPS, 2) skinny_rows_kerne
 // Whether the product goes to skinny_rows_kernel, and its launch.
 static size_t rows_stage_bytes(const struct skinny *s) { return sizeof(float) * (size_t)s->S * ((s->K + 3) & ~3); }
 
-static int rows_fit(const struct skinny *s) { return !s->ln_w && s->wvec && gpu_rows_fit(s->J, s->S, s->K); }
+static int rows_fit(const struct skinny *s) {
+    return !s->ln_w && s->wvec && s->S <= 8 && (long long)s->J * s->K >= ROWS_MIN_WEIGHTS &&
+           rows_stage_bytes(s) <= ROWS_MAX_STAGE;
+}
 
 static int launch_skinny_rows(struct skinny s, struct gpu_exec *ex) {
     // a warp's share of about 1024 indices (2 rounds of loads per row)
@@ -423,30 +354,12 @@ static int launch_skinny_rows(struct skinny s, struct gpu_exec *ex) {
     void (*k)(const struct skinny) = smax == 2 ? skinny_rows_kernel<2> : smax == 4 ? skinny_rows_kernel<4> : skinny_rows_kernel<8>;
     // (with the kernel's static sums, past the 48 KB a block gets without opting in)
     if (smem + sizeof(float) * SKINNY_WARPS * ROWS_RW * smax > 48 * 1024 &&
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, GPU_ROWS_MAX_STAGE) != cudaSuccess)
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, ROWS_MAX_STAGE) != cudaSuccess)
         return launch_status(ex, "skinny product (rows)");
     pdl_launch(k, grid, 32 * SKINNY_WARPS, smem, ex, s);
     char what[128];
     snprintf(what, sizeof what, "skinny product (%d x %d x %d, rows kernel)", s.J, s.S, s.K);
     return launch_status(ex, what);
-}
-
-extern "C" int mimi_cuda_conv_rows(const struct op_conv *a, struct gpu_exec *ex) {
-    const struct op_im2col &in = a->in;
-    struct skinny s = {};
-    s.w = a->w, s.c = a->y, s.wj = a->ld, s.cj = in.R * (in.T / in.S), s.cs = 1;
-    s.J = a->c_out, s.S = in.R * (in.T / in.S), s.K = in.c_in * in.K + (a->bias != 0);
-    s.split = 1, s.elu = a->elu_out, s.conv = in, s.conv_on = 1, s.tail = a->tail;
-    s.wvec = a->ld % 4 == 0 && (uintptr_t)a->w % 16 == 0;
-    if (a->post_elu || a->accumulate || a->ld < s.K || in.T % in.S || (a->tail && in.H <= 0) || !rows_fit(&s)) {
-        if (ex->errmsg)
-            snprintf(ex->errmsg, ex->errlen,
-                     "conv (rows): %d -> %d channels, K %d, %d columns: no post-conv ELU or residual, weight rows "
-                     "16-byte aligned, at most %d columns and x within %d bytes",
-                     in.c_in, a->c_out, in.K, s.S, GPU_ROWS_MAX_COLS, GPU_ROWS_MAX_STAGE);
-        return MIMI_EINVAL;
-    }
-    return launch_skinny_rows(s, ex);
 }
 
 // Maps a column-major product onto the skinny form when one side has few columns and the other

@@ -88,6 +88,10 @@ struct op_im2col {
                    // common.cuh's elu_bf16): MIMI_PRECISION_FAST_BF16
     int fast_elu;  // MIMI_PRECISION_FAST_BF16: the narrow conv's and the resblock kernel's ELUs
                    // (the steady part: windows inside the step's input) are elu_bf16 too
+    // im2col only: with `tail` set, its threads also stage the newest H columns of [hist | f(x)]
+    // there as (c_in, R, H), in f32, for the step's GOP_TAILS (small steps), instead of a
+    // GOP_CARRY after the product
+    float *tail;
 };
 int mimi_cuda_im2col(const struct op_im2col *a, struct gpu_exec *ex);
 
@@ -107,10 +111,6 @@ int mimi_cuda_carry(const struct op_im2col *a, struct gpu_exec *ex);
 // step's GOP_TAILS stores them into the slots' histories once every conv has read them; else a
 // GOP_CARRY follows when H > 0.
 // See struct gpu_split for how the reduction is spread over blocks.
-// With `rows` (few columns and large weights: one stream's late SEANet layers and resampling
-// convs, gpu_rows_fit) the conv is instead the product of matmul.cu's rows kernel, which stages
-// the windows of [hist | f(x)] itself (no im2col) and, with `tail`, the newest history too;
-// `split` is unused, post_elu and accumulate are not taken, and W's rows must be 16-byte aligned.
 // With `narrow` (c_out = 1: the decoder's last conv, for many columns) the conv runs instead as
 // one thread per output column over input windows staged once per block (conv1d.cu); `split`
 // is then unused. It takes K <= GPU_NARROW_MAX_K and GPU_NARROW_CHANNELS * GPU_NARROW_WINDOW(K, S)
@@ -128,7 +128,6 @@ struct op_conv {
     int narrow;
     float *tail;  // (c_in, R, H) or NULL
     int elu_out;
-    int rows;
 };
 int mimi_cuda_conv(const struct op_conv *a, struct gpu_exec *ex);
 
@@ -300,20 +299,6 @@ int mimi_cuda_conv_mma(const struct op_conv_mma *a, struct gpu_exec *ex);
 // kernel, which streams the weights once; so do convs with that few output columns.
 #define GPU_SKINNY_MAX 16
 
-// Products of at most GPU_ROWS_MAX_COLS columns whose weights are large (J outputs over a
-// reduction of K, at least GPU_ROWS_MIN_WEIGHTS) and whose columns fit a block's shared memory
-// (S rows of K rounded up to 4 floats) run on the skinny kernel's rows form, which streams the
-// weights with the whole chip; so do op_conv's `rows` convs.
-#define GPU_ROWS_MAX_COLS 8
-#define GPU_ROWS_MIN_WEIGHTS (1L << 20)
-#define GPU_ROWS_MAX_STAGE (96 * 1024)
-static inline int gpu_rows_fit(long J, int S, int K) {
-    return S >= 1 && S <= GPU_ROWS_MAX_COLS && J * K >= GPU_ROWS_MIN_WEIGHTS &&
-           sizeof(float) * (size_t)S * (size_t)((K + 3) & ~3) <= GPU_ROWS_MAX_STAGE;
-}
-// op_conv's rows form (mimi_cuda_conv takes it there).
-int mimi_cuda_conv_rows(const struct op_conv *a, struct gpu_exec *ex);
-
 // Column-major C (m, n) = op(A) op(B) + beta C, op = transpose when trans*, f32 accumulation.
 struct op_gemm {
     int transa, transb, m, n, k;
@@ -414,6 +399,10 @@ struct op_convtr {
     size_t slot_stride;
     int c_out, K, S, T, R;
     int carry;
+    // Small steps, a dense layer with K = 2S: the output launch also stages the new tail here as
+    // (c_out, R, P), the values the tail step would store, for the step's GOP_TAILS (one launch
+    // fewer); NULL otherwise
+    float *next;
 };
 int mimi_cuda_convtr_out(const struct op_convtr *a, struct gpu_exec *ex);
 int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);

@@ -299,7 +299,7 @@ static struct op_im2col conv_input(struct builder *B, const struct mimi_conv *c,
     const int K = c->kernel, S = c->stride, H = K - S;
     return (struct op_im2col){x, scratch(B, B->L->sc_col), H > 0 ? hist : NULL, B->started,
                               B->row_slot, B->L->slot_elems, c->c_in, K, S, H, T, B->R, elu,
-                              c->replicate_first, ones, 0, B->L->conv_bf16};
+                              c->replicate_first, ones, 0, B->L->conv_bf16, NULL};
 }
 
 // Whether a product over N columns and ck values runs on bf16 operands (MIMI_PRECISION_FAST_BF16,
@@ -316,8 +316,7 @@ static int bf16_product(const struct builder *B, int N, int ck) {
 // accumulate = 0 only; in bfloat16 (bf16_product) with W16, W in bf16 with rows of
 // gpu_conv_ld_bf16(c_in*K + 1) values (c_in*K without bias). With `elu_out` (y only feeds an ELU
 // next) the conv's own kernel applies that ELU to y where it can (one conv kernel, or a product
-// on the skinny kernel); returns whether it does. Products of few columns and large weights
-// (gpu_rows_fit) run as one op_conv in its rows form instead, without im2col.
+// on the skinny kernel); returns whether it does.
 static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *W, const float *W16, int with_bias,
                      const float *x, float *y, int T, int elu, float *hist, int post_elu, int accumulate, int elu_out) {
     const int N = B->R * (T / c->stride), ck = c->c_in * c->kernel + with_bias;
@@ -330,31 +329,22 @@ static int plan_conv(struct builder *B, const struct mimi_conv *c, const float *
     if (direct || narrow) {
         struct op_conv *d = &emit(B, GOP_CONV, "conv")->u.conv;
         *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, post_elu, accumulate,
-                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL, 0, 0};
+                              direct_split(B, ck - with_bias, N, c->c_out, 1), narrow, NULL, 0};
         if (d->in.H > 0 && !narrow && T % c->stride == 0) d->tail = stage_tail(B, hist, c->c_in, d->in.H);
         d->elu_out = elu_out;
         if (d->in.H > 0 && !d->tail) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
         return elu_out;
     }
     if (post_elu || accumulate) B->rc = MIMI_EUNSUPPORTED;
-    const int bf16 = bf16_product(B, N, ck - with_bias);
-    if (!bf16 && gpu_rows_fit(c->c_out, N, ck) && ld % 4 == 0 && T % c->stride == 0) {
-        // few columns, large weights: the product on the rows kernel, which stages the windows
-        // and the newest history itself (an im2col and a carry fewer in the step's chain)
-        struct op_conv *d = &emit(B, GOP_CONV, "conv_rows")->u.conv;
-        *d = (struct op_conv){conv_input(B, c, x, T, elu, hist, 0), W, y, c->c_out, ld, with_bias, 0, 0,
-                              {1, 0, NULL, NULL}, 0, NULL, elu_out, 1};
-        if (d->in.H > 0) d->tail = stage_tail(B, hist, c->c_in, d->in.H);
-        if (d->in.H > 0 && !d->tail) emit(B, GOP_CARRY, "carry")->u.im2col = d->in;
-        return elu_out;
-    }
     // im2col (kk, N) from [hist | f(x)], then carry the newest H columns into hist
+    const int bf16 = bf16_product(B, N, ck - with_bias);
     if (bf16 && !W16) B->rc = MIMI_EUNSUPPORTED;
     const int kk = !with_bias ? ck : bf16 ? gpu_conv_ld_bf16(ck) : reduction(B, ck);
     struct op_im2col a = conv_input(B, c, x, T, elu, hist, kk - (ck - with_bias));
     a.col_bf16 = bf16;
+    if (a.H > 0) a.tail = stage_tail(B, hist, c->c_in, a.H);  // small steps: for the step's tails op
     emit(B, GOP_IM2COL, "im2col")->u.im2col = a;
-    if (a.H > 0) emit(B, GOP_CARRY, "carry")->u.im2col = a;
+    if (a.H > 0 && !a.tail) emit(B, GOP_CARRY, "carry")->u.im2col = a;
     struct op_gemm *g = gemm(B, 0, 0, N, c->c_out, kk, a.col, N, bf16 ? W16 : W, bf16 ? kk : ld, y, N, 0.0f);
     g->ab_bf16 = bf16;
     g->elu = elu_out && !bf16 && N <= GPU_SKINNY_MAX;  // (the skinny kernel's)
@@ -401,7 +391,8 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int direct = form == CONVTR_DIRECT;
     if (form == CONVTR_MMA) {
         // FAST_BF16's large steps: one kernel on bf16 tensor cores (the ELU in it), then the tails
-        struct op_convtr_mma a = {{NULL, x, W, bias, y, tail, B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R, 0},
+        struct op_convtr_mma a = {{NULL, x, W, bias, y, tail, B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R, 0,
+                                   NULL},
                                   Wf, c->c_in, elu};
         emit(B, GOP_CONVTR_MMA, "convtr_mma")->u.convtr_mma = a;
         emit(B, GOP_CONVTR_MMA_TAIL, "convtr_mma_tail")->u.convtr_mma = a;
@@ -410,7 +401,7 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
     const int bf16 = form == CONVTR_PRODUCT_BF16;
     if (elu && !bf16) pointwise(B, EW_ELU, x, NULL, NULL, 1, (size_t)c->c_in * N, 0);
     struct op_convtr a = {dense ? scratch(B, B->L->sc_taps) : NULL, x, dense ? NULL : W, bias, y, tail,
-                          B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R, 0};
+                          B->row_slot, B->L->slot_elems, c->c_out, K, S, T, B->R, 0, NULL};
     if (direct) {
         // one kernel, its next tail staged (for the step's GOP_TAILS, or else in the unused taps
         // buffer, then stored)
@@ -436,8 +427,9 @@ static void plan_convtr(struct builder *B, const struct mimi_conv *c, const floa
             bf16;
     }
     a.carry = !dense && K > S && GPU_CONVTR_OUT_CARRIES(K, S, T);
+    if (dense && K == 2 * S) a.next = stage_tail(B, tail, c->c_out, S);  // small steps
     emit(B, GOP_CONVTR_OUT, "convtr_out")->u.convtr = a;
-    if (K > S && !a.carry) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
+    if (K > S && !a.carry && !a.next) emit(B, GOP_CONVTR_TAIL, "convtr_tail")->u.convtr = a;
 }
 
 // Whether the conv `c` after a resblock over c_in channels and T steps (and an ELU) can ride in
@@ -592,8 +584,8 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                 break;
             }
             // an ELU then a transposed conv or a conv next (the encoder's last downsampling,
-            // whose product every block of the next one would stage and activate again): the
-            // ELU may ride in this conv's kernel
+            // whose output the next conv's im2col or blocks would activate once per tap or
+            // block): the ELU may ride in this conv's kernel
             const int elu_next = i + 2 < s->n_layers && s->layers[i + 1].kind == SEANET_ELU &&
                                  ((s->layers[i + 2].kind == SEANET_CONVTR &&
                                    convtr_elu_pass(B, &s->layers[i + 2].conv, w[i + 2].wf, T / c->stride)) ||
