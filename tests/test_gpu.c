@@ -1079,9 +1079,14 @@ static void convtr_carry_case(int dense, int K, int S, int T) {
     cudaFree(dnext);
     free(next);
     struct op_convtr bad = a;
+    bad.carry = 1, bad.next = NULL;
     bad.K = 2 * S + 2 * S * T;  // P = S + 2 S T > S T
     CHECK_EQ(mimi_cuda_convtr_out(&bad, &ex), MIMI_EUNSUPPORTED);
     CHECK(strstr(msg, "tail launch") != NULL);
+    bad = a;  // a staged tail where K != 2S
+    bad.carry = 0, bad.next = dy, bad.K = 2 * S + 1;
+    CHECK_EQ(mimi_cuda_convtr_out(&bad, &ex), MIMI_EINVAL);
+    CHECK(strstr(msg, "staged tail") != NULL);
     cudaFree(dh), cudaFree(dy), cudaFree(drs);
     free(h), free(y[0]), free(y[1]), free(st[0]), free(st[1]);
 }

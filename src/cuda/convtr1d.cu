@@ -92,13 +92,13 @@ static __global__ void convtr_out2_kernel(const struct op_convtr a) {
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
             const unsigned r = n / a.T, t = n - r * a.T;
             float *y = a.y + ((size_t)o * N + n) * S;
+            if (a.next && t == a.T - 1) stage_next2(a, o, r, taps + n, N, b);
             if (t > 0 && S % 4 == 0 && (uintptr_t)a.y % 16 == 0) {  // 16-byte stores
                 for (int f = 0; f < S; f += 4)
                     *(float4 *)(y + f) = make_float4(convtr_pair(taps, N, n, S, f, b), convtr_pair(taps, N, n, S, f + 1, b),
                                                      convtr_pair(taps, N, n, S, f + 2, b), convtr_pair(taps, N, n, S, f + 3, b));
                 continue;
             }
-            if (a.next && t == a.T - 1) stage_next2(a, o, r, taps + n, N, b);
             if (t > 0) {
                 for (int f = 0; f < S; f++) y[f] = convtr_pair(taps, N, n, S, f, b);
                 continue;
