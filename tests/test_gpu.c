@@ -1091,6 +1091,69 @@ static void convtr_carry_case(int dense, int K, int S, int T) {
     free(h), free(y[0]), free(y[1]), free(st[0]), free(st[1]);
 }
 
+// The decoder's projection of a small step with the upsampling in its kernel (op_gemm.up: J
+// latent channels of R rows, K = 4, S = 2, one step a row, a padding row among them) against the
+// projection and then the upsampling's own launch: the latent, the upsampled output and the
+// carried tails agree bit for bit. A product past the skinny kernel's rows is refused.
+static void projection_up_case(void) {
+    enum { R = 3, J = 512, KD = 512, K = 4, S = 2, P = K - S, NS = 2 };
+    const size_t stride = (size_t)J * P + 4, nw = (size_t)J * KD, nx = (size_t)R * KD, ny = (size_t)J * R * S;
+    const int32_t row_slot[R] = {1, -1, 0};
+    const size_t n = nw + nx + (size_t)J * K;  // weights, input rows, upsampling weights
+    float *h = malloc(sizeof(float) * (n + NS * stride)), *out[2][3];
+    for (int v = 0; v < 2; v++)
+        out[v][0] = malloc(sizeof(float) * J * R), out[v][1] = malloc(sizeof(float) * ny),
+        out[v][2] = malloc(sizeof(float) * NS * stride);
+    float *dh = NULL, *dc = NULL, *dy = NULL;
+    int32_t *drs = NULL;
+    CHECK(h && out[0][0] && out[0][1] && out[0][2] && out[1][0] && out[1][1] && out[1][2]);
+    CHECK_EQ(cudaMalloc((void **)&dh, sizeof(float) * (n + NS * stride)), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dc, sizeof(float) * J * R), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * ny), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
+    if (!h || !out[0][0] || !out[0][1] || !out[0][2] || !out[1][0] || !out[1][1] || !out[1][2] || !dh || !dc || !dy ||
+        !drs)
+        return;
+    for (size_t i = 0; i < n; i++) h[i] = 0.2f * (test_rng_float() - 0.5f);
+    for (size_t i = 0; i < NS * stride; i++) h[n + i] = i % stride < (size_t)J * P ? test_rng_float() : 0.0f;
+    cudaMemcpy(drs, row_slot, sizeof row_slot, cudaMemcpyHostToDevice);
+    char msg[256] = "";
+    struct gpu_exec ex = {NULL, NULL, MIMI_PRECISION_STRICT, msg, sizeof msg, 0, NULL, NULL, 0};
+    struct op_gemm g = {0};  // latent (J, R) = W (J, KD) . x^T, x (R, KD): the decode projection's form
+    g.transa = 1, g.m = R, g.n = J, g.k = KD, g.a = dh + nw, g.lda = KD, g.b = dh, g.ldb = KD, g.c = dc, g.ldc = R;
+    const struct op_convtr up = {NULL, dc, dh + nw + nx, NULL, dy, dh + n, drs, stride, J, K, S, 1, R, 1, NULL};
+    for (int v = 0; v < 2; v++) {  // 0: the product, then the upsampling's launch; 1: in the product
+        cudaMemcpy(dh, h, sizeof(float) * (n + NS * stride), cudaMemcpyHostToDevice);
+        cudaMemset(dy, 0xFF, sizeof(float) * ny);  // NaN: every output must be written
+        g.up = up, g.with_up = v;
+        CHECK_EQ(mimi_cuda_gemm(&g, &ex), MIMI_OK);
+        if (v == 0) CHECK_EQ(mimi_cuda_convtr_out(&up, &ex), MIMI_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(out[v][0], dc, sizeof(float) * J * R, cudaMemcpyDeviceToHost);
+        cudaMemcpy(out[v][1], dy, sizeof(float) * ny, cudaMemcpyDeviceToHost);
+        cudaMemcpy(out[v][2], dh + n, sizeof(float) * NS * stride, cudaMemcpyDeviceToHost);
+    }
+    const size_t sizes[3] = {(size_t)J * R, ny, NS * stride};
+    size_t differ[3] = {0, 0, 0}, nans = 0, moved = 0;
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < sizes[k]; i++) differ[k] += memcmp(&out[0][k][i], &out[1][k][i], sizeof(float)) != 0;
+    for (size_t i = 0; i < ny; i++) nans += out[1][1][i] != out[1][1][i];
+    for (size_t i = 0; i < NS * stride; i++) moved += out[1][2][i] != h[n + i];
+    printf("  projection with the upsampling in its kernel vs the upsampling's launch: %zu latent, %zu upsampled and "
+           "%zu state values differ, %zu NaN, %zu tail values new %s\n", differ[0], differ[1], differ[2], nans, moved,
+           msg);
+    CHECK_EQ(differ[0] + differ[1] + differ[2], 0);
+    CHECK_EQ(nans, 0);
+    CHECK(moved > 0);
+    struct op_gemm bad = g;  // more rows than the skinny kernel takes
+    bad.m = GPU_SKINNY_MAX + 1;
+    CHECK_EQ(mimi_cuda_gemm(&bad, &ex), MIMI_EINVAL);
+    CHECK(strstr(msg, "upsampling") != NULL);
+    cudaFree(dh), cudaFree(dc), cudaFree(dy), cudaFree(drs);
+    free(h);
+    for (int v = 0; v < 2; v++) free(out[v][0]), free(out[v][1]), free(out[v][2]);
+}
+
 // Slot r's position ring (ring entries, then its counter) after a step's positions op, for a
 // slot fresh (r % 3 == 0), deep in its signal (1) or at the ring's wrap (2).
 static void short_step_positions(int32_t *pos, int ring, int r, int steps) {
@@ -1323,6 +1386,7 @@ static void test_bf16_operands(void) {
     convtr_carry_case(1, 8, 4, 3);
     convtr_carry_case(1, 8, 4, 4);   // four steps a thread, and staged tails there
     convtr_carry_case(1, 16, 8, 2);  // one stream's first SEANet upsampling
+    projection_up_case();
     attention_mma_case();
     ones_bf16_case(64, 1000, 8);  // n % 4 == 0: the ones as 8-byte stores
     ones_bf16_case(3, 1001, 5);   // n % 4 != 0: one by one

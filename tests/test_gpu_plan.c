@@ -302,6 +302,8 @@ static void layer_norm(const float *x, float *out, const float *w, const float *
 
 static float gelu(float v) { return 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); }
 
+static void emu_convtr_out(const struct op_convtr *a);
+
 static void emu_gemm(const struct op_gemm *g) {
     // op(A) rows and op(B) columns packed contiguous, then one dot per output
     float *pa = malloc(sizeof(float) * (size_t)g->m * g->k), *pb = malloc(sizeof(float) * (size_t)g->n * g->k);
@@ -335,6 +337,7 @@ static void emu_gemm(const struct op_gemm *g) {
         }
     free(pa);
     free(pb);
+    if (g->with_up) emu_convtr_out(&g->up);  // the upsampling over C, in the same op
 }
 
 static void emu_pointwise(const struct op_pointwise *a) {
@@ -1028,6 +1031,10 @@ static void test_wide_plan(struct mimi_model *model, const struct gpu_weights *w
     // tails launch
     CHECK_EQ(count_ops(&dec.plans[1], GOP_GATHER), 1);
     CHECK_EQ(count_stage_ops(&dec.plans[1], "dec.quantizer", GOP_GEMM), 1);
+    // and a small step's projection emits the upsampling too: no upsampling op of its own
+    const struct gpu_op *proj = find_op(&dec.plans[1], GOP_GEMM);
+    CHECK(proj && proj->u.gemm.with_up);
+    CHECK_EQ(count_stage_ops(&dec.plans[1], "dec.upsample", GOP_CONVTR_OUT), 0);
     CHECK_EQ(count_ops(&enc.plans[1], GOP_FINISH), 0);
     CHECK_EQ(count_ops(&dec.plans[1], GOP_FINISH), 0);
     const struct gpu_op *tails = find_op(&enc.plans[1], GOP_TAILS);

@@ -7,35 +7,8 @@
  */
 #include <stdint.h>
 
+#include "convtr.cuh"
 #include "direct.cuh"
-
-// `v` plus the taps landing on full-output column q of channel o, row r, added in the order the
-// reference adds them (input step ascending).
-static __device__ __forceinline__ float convtr_col(const struct op_convtr &a, int o, int r, int q, float v) {
-    const size_t N = (size_t)a.R * a.T;
-    int t_hi = q / a.S, t_lo = q - a.K + 1 > 0 ? (q - a.K + a.S) / a.S : 0;  // q, K, S small: 32-bit
-    if (t_hi > a.T - 1) t_hi = a.T - 1;
-    for (int t = t_lo; t <= t_hi; t++) {
-        int k = q - t * a.S;
-        float p = a.taps ? a.taps[((size_t)o * a.K + k) * N + (size_t)r * a.T + t]
-                         : __fmul_rn(a.w[(size_t)o * a.K + k], a.x[((size_t)o * a.R + r) * a.T + t]);
-        v = __fadd_rn(v, p);
-    }
-    return v;
-}
-
-// The tail that row r's slot carries for channel o (P columns per channel); NULL for a padding
-// row, which has no slot.
-static __device__ __forceinline__ float *slot_tail(const struct op_convtr &a, int o, unsigned r, int P) {
-    const int slot = a.row_slot[r];
-    return slot >= 0 ? a.tail + (size_t)slot * a.slot_stride + (size_t)o * P : NULL;
-}
-
-// v plus column j of that tail (v alone on a padding row)
-static __device__ __forceinline__ float add_tail(const struct op_convtr &a, int o, unsigned r, int j, int P, float v) {
-    const float *tail = slot_tail(a, o, r, P);
-    return tail ? __fadd_rn(v, tail[j]) : v;
-}
 
 // ---- emitted columns ----
 
@@ -45,21 +18,12 @@ static __device__ __forceinline__ float add_tail(const struct op_convtr &a, int 
 // old one.
 static __global__ void convtr_out_kernel(const struct op_convtr a) {
     pdl_begin();
-    const int P = a.K - a.S;
     const unsigned L = a.S * a.T, N = (unsigned)a.R * L;
     for (int o = blockIdx.y; o < a.c_out; o += gridDim.y) {
         const float b = a.bias ? a.bias[o] : 0.0f;
-        float *y = a.y + (size_t)o * N;
         for (unsigned n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
-            const unsigned r = n / L, j = n - r * L;
-            const float v = convtr_col(a, o, r, j, b);
-            if ((int)j >= P) {
-                y[n] = v;
-                continue;
-            }
-            float *tail = slot_tail(a, o, r, P);
-            y[n] = tail ? __fadd_rn(v, tail[j]) : v;
-            if (a.carry && tail) tail[j] = __fsub_rn(convtr_col(a, o, r, L + j, b), b);
+            const unsigned r = n / L;
+            convtr_emit(a, o, r, n - r * L, b);
         }
     }
 }

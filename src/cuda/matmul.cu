@@ -15,7 +15,7 @@
 #include <cublas_v2.h>
 #include <stdint.h>
 
-#include "common.cuh"
+#include "convtr.cuh"
 
 #define SKINNY_MAX GPU_SKINNY_MAX
 #define SKINNY_WARPS 8
@@ -35,6 +35,8 @@ struct skinny {
     const float *ln_x, *ln_y, *ln_scale, *ln_w, *ln_b;  // x from a LayerNorm (op_gemm)
     float *ln_out;
     float ln_eps;
+    struct op_convtr up;  // op_gemm's upsampling epilogue, when up_on
+    int up_on;
 };
 
 // Where the small side is read: the operand, or the LayerNorm rows in shared memory.
@@ -108,10 +110,15 @@ static __device__ void ln_prologue(const struct skinny &a, float *hs) {
     __syncthreads();
 }
 
-// C[j, s] = gelu(v), elu(v), or v + beta C[j, s], or v: a product's output, both skinny kernels.
+// C[j, s] = gelu(v), elu(v), or v + beta C[j, s], or v: a product's output, both skinny kernels;
+// with up_on, then the upsampling's outputs of channel j, row s (which read C[j, s] back) and
+// its carried tail.
 static __device__ __forceinline__ void skinny_store(const struct skinny &a, int j, int s, float v) {
     float *c = a.c + (long long)j * a.cj + (long long)s * a.cs;
     *c = a.gelu ? gelu_f(v) : a.elu ? elu_f(v) : a.beta != 0.0f ? v + a.beta * *c : v;
+    if (!a.up_on) return;
+    const float b = a.up.bias ? a.up.bias[j] : 0.0f;
+    for (int q = 0; q < a.up.S; q++) convtr_emit(a.up, j, s, q, b);
 }
 
 static __device__ __forceinline__ float4 w4(const struct skinny &a, const float *w, int p) {
@@ -372,6 +379,7 @@ static int as_skinny(const struct op_gemm *g, struct skinny *s) {
         *s = skinny{};
         s->w = w, s->x = x, s->c = g->c, s->wj = wj, s->xs = xs, s->xp = xp, s->cj = cj, s->cs = cs;
         s->J = J, s->S = S, s->K = g->k, s->split = 1, s->beta = g->beta, s->gelu = g->gelu, s->elu = g->elu;
+        s->up = g->up, s->up_on = g->with_up;
     };
     if (g->m <= SKINNY_MAX && !g->transa && !g->transb)  // convs: small A (m, k), weights B
         set(g->b, g->a, g->ldb, 1, g->lda, g->ldc, 1, g->n, g->m);
@@ -422,9 +430,25 @@ static int gemm_default(const struct op_gemm *g, struct gpu_exec *ex) {
     return MIMI_EDEVICE;
 }
 
+// The upsampling epilogue's conv: depthwise (no taps) over C itself, one input step a row, its
+// tail carried by the same stores, one channel per output j and a row per column s.
+static int up_fits(const struct skinny *s) {
+    const struct op_convtr &u = s->up;
+    return !u.taps && u.x == s->c && u.T == 1 && u.carry && u.K > u.S && GPU_CONVTR_OUT_CARRIES(u.K, u.S, u.T) &&
+           u.c_out == s->J && u.R == s->S && s->cj == s->S && s->cs == 1 && !s->gelu && !s->elu && s->beta == 0.0f;
+}
+
 static int launch_gemm(const struct op_gemm *g, struct gpu_exec *ex) {
     struct skinny s;
-    if (as_skinny(g, &s)) return launch_skinny(&s, ex);
+    const int skinny = as_skinny(g, &s);
+    if (g->with_up && !(skinny && up_fits(&s))) {
+        if (ex->errmsg)
+            snprintf(ex->errmsg, ex->errlen, "gemm: the upsampling epilogue takes a skinny product over at most %d "
+                     "rows into a packed C, and a depthwise conv over C of one step a row that carries its tail",
+                     SKINNY_MAX);
+        return MIMI_EINVAL;
+    }
+    if (skinny) return launch_skinny(&s, ex);
     if (g->ln_w || g->elu) {
         if (ex->errmsg) snprintf(ex->errmsg, ex->errlen, "gemm: a LayerNorm operand or an ELU needs the skinny kernel");
         return MIMI_EINVAL;
@@ -443,5 +467,5 @@ extern "C" int mimi_cuda_gemm(const struct op_gemm *g, struct gpu_exec *ex) { re
 
 extern "C" int mimi_cuda_gemm_on_cublas(const struct op_gemm *g) {
     struct skinny s;
-    return !as_skinny(g, &s) && !g->ln_w && !g->elu;
+    return !as_skinny(g, &s) && !g->ln_w && !g->elu && !g->with_up;
 }

@@ -293,6 +293,36 @@ struct op_conv_mma {
 };
 int mimi_cuda_conv_mma(const struct op_conv_mma *a, struct gpu_exec *ex);
 
+// ---- convtr1d.cu ----
+
+// ConvTranspose1d output: y[o, r, j] (j < S*T) = bias[o] + sum over t*S + k = j of tap(o, k, r, t)
+// + tail[o, j] (j < P = K - S), tap = taps[(o*K + k), r*T + t] (dense) or w[o*K + k] * x[o, r, t]
+// (depthwise, taps NULL). The tail step then stores, per row, the columns S*T .. S*T+P-1 of the
+// full output without the bias. With `carry` (GPU_CONVTR_OUT_CARRIES) the output launch stores
+// that tail itself, each column by the thread that read the old one, and the tail step is not
+// launched: the plans take it for the depthwise upsampling (at 2048 bf16 streams on an H200 its
+// two launches took 63 us, the one 53; for the dense layers, whose output kernels take four
+// steps a thread, it was as fast or slower).
+#define GPU_CONVTR_OUT_CARRIES(K, S, T) ((S) * (T) >= (K) - (S))
+struct op_convtr {
+    const float *taps;       // (c_out*K, R*T) or NULL
+    const float *x;          // depthwise input (c_out, R, T)
+    const float *w;          // depthwise weight (c_out, K)
+    const float *bias;       // (c_out) or NULL
+    float *y;                // (c_out, R, S*T)
+    float *tail;             // slot 0's tail (c_out, P)
+    const int32_t *row_slot; // (R)
+    size_t slot_stride;
+    int c_out, K, S, T, R;
+    int carry;
+    // Small steps, a dense layer with K = 2S: the output launch also stages the new tail here as
+    // (c_out, R, P), the values the tail step would store, for the step's GOP_TAILS (one launch
+    // fewer); NULL otherwise
+    float *next;
+};
+int mimi_cuda_convtr_out(const struct op_convtr *a, struct gpu_exec *ex);
+int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);
+
 // ---- matmul.cu ----
 
 // Products with at most this many columns on their small side run on the split-K "skinny"
@@ -322,6 +352,12 @@ struct op_gemm {
     const void *algo;  // a cublasLtMatmulAlgo_t chosen by mimi_cuda_gemm_tune, or NULL: cuBLAS's default
     int ab_bf16;  // a and b point to bfloat16 values (2 bytes each; lda and ldb count them): cuBLAS
                   // on bf16 tensor cores with f32 accumulation (MIMI_PRECISION_FAST_BF16's convs)
+    // With with_up (skinny products only: the decoder's projection of a small step, one frame a
+    // row), C is the input of `up`, a depthwise transposed conv with T = 1 and `carry`: the
+    // kernel that stores C[j, s] also emits up's outputs of channel j, row s and carries its
+    // tail (mimi_cuda_convtr_out's values; the upsampling's launch of its own is not made)
+    struct op_convtr up;
+    int with_up;
 };
 #define GPU_LN_MAX_FLOATS 8192
 int mimi_cuda_gemm(const struct op_gemm *a, struct gpu_exec *ex);
@@ -376,36 +412,6 @@ int mimi_cuda_transpose(const struct op_transpose *a, struct gpu_exec *ex);
 
 // struct op_finish (the end of a step: next_pos and started) is declared with op_tails, which
 // can take it into its launch; mimi_cuda_finish launches it alone.
-
-// ---- convtr1d.cu ----
-
-// ConvTranspose1d output: y[o, r, j] (j < S*T) = bias[o] + sum over t*S + k = j of tap(o, k, r, t)
-// + tail[o, j] (j < P = K - S), tap = taps[(o*K + k), r*T + t] (dense) or w[o*K + k] * x[o, r, t]
-// (depthwise, taps NULL). The tail step then stores, per row, the columns S*T .. S*T+P-1 of the
-// full output without the bias. With `carry` (GPU_CONVTR_OUT_CARRIES) the output launch stores
-// that tail itself, each column by the thread that read the old one, and the tail step is not
-// launched: the plans take it for the depthwise upsampling (at 2048 bf16 streams on an H200 its
-// two launches took 63 us, the one 53; for the dense layers, whose output kernels take four
-// steps a thread, it was as fast or slower).
-#define GPU_CONVTR_OUT_CARRIES(K, S, T) ((S) * (T) >= (K) - (S))
-struct op_convtr {
-    const float *taps;       // (c_out*K, R*T) or NULL
-    const float *x;          // depthwise input (c_out, R, T)
-    const float *w;          // depthwise weight (c_out, K)
-    const float *bias;       // (c_out) or NULL
-    float *y;                // (c_out, R, S*T)
-    float *tail;             // slot 0's tail (c_out, P)
-    const int32_t *row_slot; // (R)
-    size_t slot_stride;
-    int c_out, K, S, T, R;
-    int carry;
-    // Small steps, a dense layer with K = 2S: the output launch also stages the new tail here as
-    // (c_out, R, P), the values the tail step would store, for the step's GOP_TAILS (one launch
-    // fewer); NULL otherwise
-    float *next;
-};
-int mimi_cuda_convtr_out(const struct op_convtr *a, struct gpu_exec *ex);
-int mimi_cuda_convtr_tail(const struct op_convtr *a, struct gpu_exec *ex);
 
 // ---- convtr_mma.cu ----
 

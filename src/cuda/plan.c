@@ -783,8 +783,8 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
 }
 
 // codes (R, n_cb) in the stage -> latent (d, R).
-static void plan_rvq_decode(struct builder *B, const struct quantizer *q, const struct gpu_weights *w,
-                            const int32_t *codes, float *latent) {
+static struct op_gemm *plan_rvq_decode(struct builder *B, const struct quantizer *q, const struct gpu_weights *w,
+                                       const int32_t *codes, float *latent) {
     const struct gpu_layout *L = B->L;
     const int R = B->R * L->frames, dim = q->dim, n_cb = L->n_codebooks;
     // (R, 2 dim): each row's semantic entry, then the sum of its acoustic entries
@@ -793,7 +793,7 @@ static void plan_rvq_decode(struct builder *B, const struct quantizer *q, const 
     *g = (struct op_gather){codes, w->codebooks, e0, e0 + dim, B->p->stage, B->p->stage + B->R, R, n_cb, q->bins, dim,
                             2 * dim, L->frames};
     // latent (d, R) = out_first . e0^T + out_rest . sum^T, as one product over both
-    gemm(B, 1, 0, R, q->latent, 2 * dim, e0, 2 * dim, w->out_both, 2 * dim, latent, R, 0.0f);
+    return gemm(B, 1, 0, R, q->latent, 2 * dim, e0, 2 * dim, w->out_both, 2 * dim, latent, R, 0.0f);
 }
 
 // ---- whole steps ----
@@ -832,11 +832,23 @@ static void plan_decode(struct builder *B, const struct gpu_weights *w) {
     float *latent = scratch(B, L->sc_latent), *up = scratch(B, L->sc_tr_in);
     float *tr = scratch(B, L->sc_tr_out);
     B->stage = "dec.quantizer";
-    if (m->quantizer.n_q > 0) plan_rvq_decode(B, &m->quantizer, w, p->input, latent);
-    else gemm(B, 1, 0, B->R * L->frames, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
-              latent, B->R * L->frames, 0.0f);
+    struct op_gemm *proj =
+        m->quantizer.n_q > 0
+            ? plan_rvq_decode(B, &m->quantizer, w, p->input, latent)
+            : gemm(B, 1, 0, B->R * L->frames, L->d, L->frame_dim, p->input, L->frame_dim, w->projection, L->frame_dim,
+                   latent, B->R * L->frames, 0.0f);
     B->stage = "dec.upsample";
-    plan_convtr(B, &m->upsample, w->up, NULL, NULL, NULL, latent, up, L->frames, state(B, L->st_resample), 0);
+    const struct mimi_conv *uc = &m->upsample;
+    if (L->frames == 1 && B->R <= GPU_SKINNY_MAX && uc->groups == uc->c_out && uc->c_in == uc->c_out &&
+        uc->kernel > uc->stride && GPU_CONVTR_OUT_CARRIES(uc->kernel, uc->stride, 1)) {
+        // small steps: the projection's kernel emits the depthwise upsampling of each latent value
+        // it stores, and carries its tail (a launch fewer in the step's chain)
+        proj->up = (struct op_convtr){NULL, latent, w->up, NULL, up, state(B, L->st_resample), B->row_slot,
+                                      L->slot_elems, uc->c_out, uc->kernel, uc->stride, 1, B->R, 1, NULL};
+        proj->with_up = 1;
+    } else {
+        plan_convtr(B, uc, w->up, NULL, NULL, NULL, latent, up, L->frames, state(B, L->st_resample), 0);
+    }
     B->stage = "dec.transformer";
     plan_transformer(B, &m->dec_tr, w->dec_tr, w->dec_freq, up, tr);
     B->stage = "dec.seanet";
