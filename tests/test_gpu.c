@@ -481,7 +481,7 @@ static void resblock_last_case(int precision, int T) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dout, 0xFF, sizeof(float) * R * T);  // NaN: every output must be written
         struct op_resblock rb = {in, dw, dw + n1, dy, HID, fused, {dw + n1 + n2, dout, dstate + C * (K - 1), dedges},
-                                 0, {{0}, NULL, 0}, {0, 0, NULL}};
+                                 0, {{0}, NULL, 0}, {0, 0, NULL, NULL}};
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (!fused) {
             struct op_conv conv = {last_in, dw + n1 + n2, dout, 1, C * K + 1, 1, 0, 0, {1, 0, NULL, NULL}, 1, NULL, 0};
@@ -589,7 +589,7 @@ static void resblock_step_case(int C, int T) {
         cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
         cudaMemset(dtail, 0xFF, sizeof(float) * nt);
         struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0},
-                                 {run < 2, run == 1, run == 0 ? dtail : NULL}};
+                                 {run < 2, run == 1, run == 0 ? dtail : NULL, NULL}};
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
         if (run == 2) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
         CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -626,7 +626,7 @@ static void resblock_step_case(int C, int T) {
     CHECK_EQ(differ, 0);
     CHECK_EQ(hist_differ, 0);
     // refused: the step form with the last conv, in place, or 256 channels
-    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 1, {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {1, 0, NULL}};
+    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 1, {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {1, 0, NULL, NULL}};
     CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
     bad.has_last = 0, bad.y = dx;
     CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
@@ -640,19 +640,24 @@ static void resblock_step_case(int C, int T) {
 // resblock over x computed here (each output's taps in ascending order from zero, then the bias,
 // the order the kernel takes), then the carries of both histories: 3 rows (a padding row among
 // them, one slot with histories, one fresh) of T samples. In every precision both read the same
-// x: the outputs and the histories must agree bit for bit.
+// x: the outputs and the histories must agree bit for bit. So must the step form's (its histories
+// staged, not carried) where its ELUs are the others' (not in FAST_BF16).
 static void resblock_first_case(int precision, int T) {
     enum { R = 3, C = 64, HID = 32, K = 3, KF = 7, LD = 8 };
     // a slot: the resblock's history (C, K - 1), the first conv's (KF - 1), its started flag at 256
     const size_t stride = 260, nx = (size_t)C * R * T, n1 = (size_t)(C * K + 1) * HID, n2 = (size_t)(HID + 1) * C;
     float *pcm = malloc(sizeof(float) * R * T), *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * (n1 + n2));
     float *wf = malloc(sizeof(float) * C * LD), *state = calloc(2 * stride, sizeof(float));
-    float *y[2] = {malloc(sizeof(float) * nx), malloc(sizeof(float) * nx)};
+    float *y[3] = {malloc(sizeof(float) * nx), malloc(sizeof(float) * nx), malloc(sizeof(float) * nx)};
     float *hist[2] = {calloc(2 * stride, sizeof(float)), calloc(2 * stride, sizeof(float))};
-    float *dpcm = NULL, *dx = NULL, *dy = NULL, *dw = NULL, *dwf = NULL, *dstate = NULL;
+    // the step form's staged histories: the block's (C, R, K - 1), then the PCM's (1, R, KF - 1)
+    const size_t nt = (size_t)C * R * (K - 1) + R * (KF - 1);
+    float *tails = malloc(sizeof(float) * nt);
+    float *dpcm = NULL, *dx = NULL, *dy = NULL, *dw = NULL, *dwf = NULL, *dstate = NULL, *dtails = NULL;
     int32_t *drs = NULL;
     const int32_t row_slot[R] = {1, -1, 0};
-    CHECK(pcm && x && w && wf && state && y[0] && y[1] && hist[0] && hist[1]);
+    CHECK(pcm && x && w && wf && state && y[0] && y[1] && y[2] && hist[0] && hist[1] && tails);
+    CHECK_EQ(cudaMalloc((void **)&dtails, sizeof(float) * nt), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&dpcm, sizeof(float) * R * T), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&dx, sizeof(float) * nx), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&dy, sizeof(float) * nx), cudaSuccess);
@@ -660,8 +665,8 @@ static void resblock_first_case(int precision, int T) {
     CHECK_EQ(cudaMalloc((void **)&dwf, sizeof(float) * C * LD), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&dstate, sizeof(float) * 2 * stride), cudaSuccess);
     CHECK_EQ(cudaMalloc((void **)&drs, sizeof row_slot), cudaSuccess);
-    if (!pcm || !x || !w || !wf || !state || !y[0] || !y[1] || !hist[0] || !hist[1] || !dpcm || !dx || !dy || !dw ||
-        !dwf || !dstate || !drs)
+    if (!pcm || !x || !w || !wf || !state || !y[0] || !y[1] || !y[2] || !hist[0] || !hist[1] || !tails || !dpcm ||
+        !dx || !dy || !dw || !dwf || !dstate || !drs || !dtails)
         return;
     for (int i = 0; i < R * T; i++) pcm[i] = 2.0f * (test_rng_float() - 0.5f);
     for (size_t i = 0; i < n1 + n2; i++) w[i] = 0.3f * (test_rng_float() - 0.5f);
@@ -693,36 +698,65 @@ static void resblock_first_case(int precision, int T) {
     const struct op_im2col in = {dx, NULL, dstate, started, drs, stride, C, K, 1, K - 1, T, R, 1, 0, 0, 0, fast_elu, NULL};
     const struct op_im2col pin = {dpcm, NULL, dstate + C * (K - 1), started, drs, stride, 1, KF, 1, KF - 1, T, R,
                                   0, 0, 0, 0, fast_elu, NULL};
-    for (int fused = 0; fused < 2; fused++) {
+    // run 0: the resblock over x and both carries; 1: with the first conv, and the PCM's carry;
+    // 2: the step form with the first conv (the ELUs in f32: not in FAST_BF16), staging both
+    // histories instead of carrying them
+    const int runs = fast_elu ? 2 : 3;
+    for (int run = 0; run < runs; run++) {
         cudaMemcpy(dstate, state, sizeof(float) * 2 * stride, cudaMemcpyHostToDevice);
         cudaMemset(dy, 0xFF, sizeof(float) * nx);  // NaN: every output must be written
-        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, fused, {pin, dwf, LD}, {0, 0, NULL}};
-        if (fused) rb.in.x = NULL;
+        cudaMemset(dtails, 0xFF, sizeof(float) * nt);
+        struct op_resblock rb = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, run > 0, {pin, dwf, LD},
+                                 {run == 2, 0, run == 2 ? dtails : NULL, run == 2 ? dtails + C * R * (K - 1) : NULL}};
+        if (run > 0) rb.in.x = NULL;
         CHECK_EQ(mimi_cuda_resblock(&rb, &ex), MIMI_OK);
-        if (!fused) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
-        CHECK_EQ(mimi_cuda_carry(&pin, &ex), MIMI_OK);
+        if (run == 0) CHECK_EQ(mimi_cuda_carry(&in, &ex), MIMI_OK);
+        if (run < 2) CHECK_EQ(mimi_cuda_carry(&pin, &ex), MIMI_OK);
         CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        cudaMemcpy(y[fused], dy, sizeof(float) * nx, cudaMemcpyDeviceToHost);
-        cudaMemcpy(hist[fused], dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+        cudaMemcpy(y[run], dy, sizeof(float) * nx, cudaMemcpyDeviceToHost);
+        if (run < 2) cudaMemcpy(hist[run], dstate, sizeof(float) * 2 * stride, cudaMemcpyDeviceToHost);
+        if (run == 2) cudaMemcpy(tails, dtails, sizeof(float) * nt, cudaMemcpyDeviceToHost);
     }
-    size_t differ = 0, hist_differ = 0, nans = 0;
+    size_t differ = 0, hist_differ = 0, nans = 0, step_differ = 0, staged_differ = 0;
     for (size_t i = 0; i < nx; i++) {
         const size_t r = i / T % R;
         if (row_slot[r] < 0) continue;  // a padding row's output is not defined
         differ += memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0, nans += y[1][i] != y[1][i];
+        if (runs == 3) step_differ += memcmp(&y[0][i], &y[2][i], sizeof(float)) != 0, nans += y[2][i] != y[2][i];
     }
     for (size_t i = 0; i < 2 * stride; i++) hist_differ += memcmp(&hist[0][i], &hist[1][i], sizeof(float)) != 0;
+    // the staged histories against run 0's carried ones, slot by slot
+    for (int r = 0; runs == 3 && r < R; r++) {
+        if (row_slot[r] < 0) continue;
+        const float *carried = hist[0] + row_slot[r] * stride;
+        for (int i = 0; i < C; i++)
+            for (int j = 0; j < K - 1; j++)
+                staged_differ += memcmp(&tails[((size_t)i * R + r) * (K - 1) + j], &carried[i * (K - 1) + j],
+                                        sizeof(float)) != 0;
+        for (int j = 0; j < KF - 1; j++)
+            staged_differ += memcmp(&tails[(size_t)C * R * (K - 1) + r * (KF - 1) + j], &carried[C * (K - 1) + j],
+                                    sizeof(float)) != 0;
+    }
     printf("  resblock with the first conv (precision %d, T %d) vs resblock over x, carries: %zu of %zu outputs "
-           "differ, %zu history values differ, %zu NaN %s\n", precision, T, differ, nx / R * 2, hist_differ, nans, msg);
+           "differ, %zu history values differ, %zu NaN; step form: %zu outputs, %zu staged history values differ "
+           "%s\n", precision, T, differ, nx / R * 2, hist_differ, nans, step_differ, staged_differ, msg);
     CHECK_EQ(differ, 0);
     CHECK_EQ(hist_differ, 0);
     CHECK_EQ(nans, 0);
+    CHECK_EQ(step_differ, 0);
+    CHECK_EQ(staged_differ, 0);
     // the kernel refuses a first conv it does not take
-    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD}, {0, 0, NULL}};
+    struct op_resblock bad = {in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD}, {0, 0, NULL, NULL}};
     bad.first.in.K = bad.first.in.H + 2;
     CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
+    // and its step form without a place to stage the PCM's history
+    bad = (struct op_resblock){in, dw, dw + n1, dy, HID, 0, {NULL, NULL, NULL, NULL}, 1, {pin, dwf, LD},
+                               {1, 0, dtails, NULL}};
+    CHECK_EQ(mimi_cuda_resblock(&bad, &ex), MIMI_EUNSUPPORTED);
     cudaFree(dpcm), cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dwf), cudaFree(dstate), cudaFree(drs);
-    free(pcm), free(x), free(w), free(wf), free(state), free(y[0]), free(y[1]), free(hist[0]), free(hist[1]);
+    cudaFree(dtails);
+    free(pcm), free(x), free(w), free(wf), free(state), free(y[0]), free(y[1]), free(y[2]), free(hist[0]), free(hist[1]);
+    free(tails);
 }
 
 // op_resblock_mma against its definition computed here (the window, weights and h rounded to

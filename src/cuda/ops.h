@@ -204,8 +204,11 @@ struct gpu_last_conv {
 // convs' sums in the order of the f32 kernel above (the same bits), y = elu_f(y) where elu_out
 // (the ELU before the next conv), and where `tail` is set the newest K - 1 columns of
 // [history | elu(x)] staged there, (c, R, K - 1), for the step's GOP_TAILS (else a GOP_CARRY
-// follows, as above).
+// follows, as above). At 64 channels it takes `first` too (has_first, GPU_RESBLOCK_STEP_FIRST):
+// x from the PCM as the f32 kernel above computes it (the same bits), with `tail` and
+// `first_tail` both set: the PCM's newest first.in.H samples are staged at first_tail, (1, R, H).
 #define GPU_RESBLOCK_STEP_FITS(c, hid) (((c) == 64 || (c) == 128) && (hid) * 2 == (c))
+#define GPU_RESBLOCK_STEP_FIRST(c) ((c) == 64)
 #define GPU_RESBLOCK_STEP_TC 8  // columns a block (resblock_step.cu)
 // A block's shared memory: W1^T (c*K + 1, c/2), W2^T (c/2 + 1, c), the window (c, TC + K - 1), h
 // (c/2, TC); 36 KB at 64 channels, 136 KB at 128 (more than some GPUs give a block: the plan
@@ -215,7 +218,7 @@ struct gpu_last_conv {
                       (size_t)(c) * (GPU_RESBLOCK_STEP_TC + GPU_RESBLOCK_K - 1) + (size_t)((c) / 2) * GPU_RESBLOCK_STEP_TC))
 struct gpu_resblock_step {
     int on, elu_out;
-    float *tail;
+    float *tail, *first_tail;
 };
 struct gpu_first_conv {
     struct op_im2col in;  // the PCM (1, R, T) and its history: c_in = 1, S = 1, H = K - 1, elu = 0
@@ -231,7 +234,7 @@ struct op_resblock {
     struct gpu_last_conv last;
     int has_first;  // (not with has_last)
     struct gpu_first_conv first;
-    struct gpu_resblock_step step;  // (not with has_last or has_first)
+    struct gpu_resblock_step step;  // (not with has_last)
 };
 int mimi_cuda_resblock(const struct op_resblock *a, struct gpu_exec *ex);
 int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_exec *ex);  // (mimi_cuda_resblock's, step.on)

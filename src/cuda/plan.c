@@ -242,9 +242,13 @@ static void transpose(struct builder *B, const float *in, float *out, int rows, 
 // Where a small step's direct conv or transposed conv stages the (C, R, P) history or tail that
 // the slots keep at dst (slot 0's (C, P)): a share of the tails scratch, listed for the step's
 // GOP_TAILS. NULL (carry it separately) past GPU_TAIL_ROWS rows or GPU_MAX_TAILS entries.
+static int tails_room(const struct builder *B, int entries, size_t n) {
+    return B->R <= GPU_TAIL_ROWS && B->tails.n + entries <= GPU_MAX_TAILS && B->tails_used + n <= B->L->tails_elems;
+}
+
 static float *stage_tail(struct builder *B, float *dst, int C, int P) {
     const size_t n = (size_t)C * B->R * P;
-    if (B->R > GPU_TAIL_ROWS || B->tails.n == GPU_MAX_TAILS || B->tails_used + n > B->L->tails_elems) return NULL;
+    if (!tails_room(B, 1, n)) return NULL;
     float *src = scratch(B, B->L->sc_tails + B->tails_used);
     B->tails_used += n;
     B->tails.e[B->tails.n++] = (struct gpu_tail){src, dst, C, P};
@@ -475,14 +479,22 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     const enum resblock_form form = resblock_form(B, l, w, T, last_w != NULL);
     float *mid = scratch(B, B->L->sc_res[1]);  // (gpu_conv_ld(hid + 1), N)
     *fused = *elu_done = 0;
-    if (first && form != RESBLOCK_KERNEL) B->rc = MIMI_EUNSUPPORTED;
+    if (first && form != RESBLOCK_KERNEL && form != RESBLOCK_STEP) B->rc = MIMI_EUNSUPPORTED;
     if (form == RESBLOCK_STEP) {
         // one kernel into `out`, the ELU after it applied there; the history staged for the tails
+        // (with `first`, the PCM's too: first_fits checked the room)
         struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock_step")->u.resblock;
         *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
-                                   {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {1, elu_out, NULL}};
+                                   {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {1, elu_out, NULL, NULL}};
         rb->step.tail = stage_tail(B, hist, c, rb->in.H);
-        if (!rb->step.tail) emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
+        if (first) {
+            rb->has_first = 1;
+            rb->first = *first;
+            rb->step.first_tail = stage_tail(B, (float *)first->in.hist, 1, first->in.H);  // (the layer's state)
+            if (!rb->step.tail || !rb->step.first_tail) B->rc = MIMI_EUNSUPPORTED;
+        } else if (!rb->step.tail) {
+            emit(B, GOP_CARRY, "carry")->u.im2col = rb->in;  // after: the kernel reads the old history
+        }
         *elu_done = elu_out;
         return out;
     }
@@ -503,7 +515,7 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
     if (form == RESBLOCK_KERNEL) {
         struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock")->u.resblock;
         *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
-                                  {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {0, 0, NULL}};
+                                  {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {0, 0, NULL, NULL}};
         if (first) {  // its second launch carries the history
             rb->has_first = 1;
             rb->first = *first;
@@ -536,17 +548,36 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
 
 // Whether layer i, a conv over the stack's input x, can ride in the op_resblock of the block
 // after it (op_resblock.first, writing y to `out`): one input channel, stride 1, K <=
-// GPU_FIRST_MAX_K, with a history, as many outputs as the block's channels, 16-byte rows.
+// GPU_FIRST_MAX_K, with a history, as many outputs as the block's channels; in the large steps'
+// kernel with 16-byte rows, in the small steps' (its step form) with room for both staged
+// histories.
 static int first_fits(const struct builder *B, const struct seanet *s, const struct gpu_conv_w *w, int i,
                       const float *x, const float *out, int T) {
     const struct mimi_conv *c = &s->layers[i].conv;
     if (i + 1 >= s->n_layers || s->layers[i + 1].kind != SEANET_RESBLOCK || !B->L->st_conv[i] || !B->L->st_conv[i + 1])
         return 0;
     const struct seanet_layer *rb = &s->layers[i + 1];
-    return c->c_in == 1 && c->stride == 1 && c->groups == 1 && c->kernel <= GPU_FIRST_MAX_K &&
-           c->c_out == rb->conv.c_in && GPU_RESBLOCK_FITS(rb->conv.c_in, rb->conv.c_out) && T % 4 == 0 &&
-           (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
-           resblock_form(B, rb, &w[i + 1], T, 0) == RESBLOCK_KERNEL;
+    const int ch = rb->conv.c_in;
+    if (!(c->c_in == 1 && c->stride == 1 && c->groups == 1 && c->kernel > 1 && c->kernel <= GPU_FIRST_MAX_K &&
+          c->c_out == ch))
+        return 0;
+    const enum resblock_form form = resblock_form(B, rb, &w[i + 1], T, 0);
+    if (form == RESBLOCK_STEP)
+        return GPU_RESBLOCK_STEP_FIRST(ch) &&
+               tails_room(B, 2, (size_t)B->R * (ch * (rb->conv.kernel - 1) + c->kernel - 1));
+    return form == RESBLOCK_KERNEL && GPU_RESBLOCK_FITS(ch, rb->conv.c_out) && T % 4 == 0 &&
+           (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0;
+}
+
+// Whether the ELU after resblock j, before a conv or a transposed conv that takes it that way, may
+// ride in the block's kernel (the step form's elu_out): the encoder's downsamplings, whose blocks
+// would each apply it again (once per channel tile and tap), and the decoder's upsamplings.
+static int elu_after_resblock(const struct builder *B, const struct seanet *s, const struct gpu_conv_w *w, int j,
+                              int T) {
+    const struct seanet_layer *nx = j + 2 < s->n_layers ? &s->layers[j + 2] : NULL;
+    return nx && s->layers[j + 1].kind == SEANET_ELU &&
+           (nx->kind == SEANET_CONV ||
+            (nx->kind == SEANET_CONVTR && convtr_elu_pass(B, &nx->conv, w[j + 2].wf, T)));
 }
 
 // Runs a SEANet stack over x (c_in, R, T); returns its output (c_out, R, T_out).
@@ -572,15 +603,17 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
         case SEANET_CONV: {
             if (!in && !pending_elu && first_fits(B, s, w, i, x, act[cur], T)) {
                 // the first conv and the resblock after it in one op_resblock; then the PCM's
-                // history is carried
+                // history is carried (or, in the step form, staged by the block)
                 const struct gpu_first_conv first = {conv_input(B, c, x, T, 0, mem, 0), w[i].w,
                                                      gpu_conv_ld(c->kernel + 1)};
+                const int staged = resblock_form(B, &s->layers[i + 1], &w[i + 1], T, 0) == RESBLOCK_STEP;
                 int fused, elu_done;
                 in = plan_resblock(B, &s->layers[i + 1], &w[i + 1], NULL, act[cur], T, state(B, B->L->st_conv[i + 1]),
-                                   NULL, NULL, &fused, 0, &elu_done, &first);
-                emit(B, GOP_CARRY, "carry")->u.im2col = first.in;
+                                   NULL, NULL, &fused, staged && elu_after_resblock(B, s, w, i + 1, T), &elu_done,
+                                   &first);
+                if (!staged) emit(B, GOP_CARRY, "carry")->u.im2col = first.in;  // (the step form stages it)
                 cur ^= 1;
-                i++;
+                i += 1 + elu_done;
                 break;
             }
             // an ELU then a transposed conv or a conv next (the encoder's last downsampling,
@@ -622,9 +655,7 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
                 // so may the ELU before a transposed conv (applied in place to the block's output)
                 // or a conv (the encoder's downsamplings: there every block of the conv that
                 // stages an input would apply it again, once per channel tile and tap)
-                const int elu_next = nx && !last && s->layers[i + 1].kind == SEANET_ELU &&
-                                     (nx->kind == SEANET_CONV ||
-                                      (nx->kind == SEANET_CONVTR && convtr_elu_pass(B, &nx->conv, w[i + 2].wf, T)));
+                const int elu_next = !last && elu_after_resblock(B, s, w, i, T);
                 int fused, elu_done;
                 float *res = plan_resblock(B, l, &w[i], in, act[cur], T, mem, last ? w[i + 2].w : NULL,
                                            last ? state(B, B->L->st_conv[i + 2]) : NULL, &fused, elu_next, &elu_done,

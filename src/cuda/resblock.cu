@@ -23,7 +23,7 @@
  * and x is never stored (encode 8.78 -> 8.34 ms at 2048 bf16 streams, the resblock 0.84 -> 0.82
  * ms, the first conv's 0.41 ms gone).
  */
-#include "cuda/common.cuh"
+#include "cuda/first_conv.cuh"
 
 #define RB_TILE GPU_RESBLOCK_TILE
 #define RB_THREADS 128
@@ -66,33 +66,9 @@ static __device__ __forceinline__ float4 load4(const float *p, int n) {
 template <bool FAST>
 static __device__ __forceinline__ float elu_rb(float x) { return FAST ? elu_bf16(x) : elu_sel(x); }
 
-// ---- the encoder's first conv inside the block (op_resblock.first) ----
-//
-// A tile stages the PCM it needs, samples t0 - RB_PS_OFF .. t0 + RB_TILE - 1, in ps, and x is
-// computed from ps wherever the block reads it: the window, and the residual as it stores y.
-// Each output sums its taps in ascending order from zero, then adds the bias (the direct conv's
-// and the emulation's order); the weights are staged with zeros before the K taps, which add
-// exact zeros, so that every x takes 8 taps over the same 12 samples.
-#define RB_PS_OFF 12                // ps[u] holds sample t0 - RB_PS_OFF + u
+// ---- the encoder's first conv inside the block (op_resblock.first; first_conv.cuh) ----
+
 #define RB_PS (RB_TILE + RB_PS_OFF)
-#define RB_FW(C) (9 * (C))          // 8 taps per output, then the C biases
-
-// fw = op_resblock.first's weights: output c's K taps at 8c + 8 - K .., zeros before them, its
-// bias at 8C + c.
-template <int C>
-static __device__ __forceinline__ void stage_first_weights(float *fw, const struct gpu_first_conv &f) {
-    const int K = f.in.K;
-    for (int e = threadIdx.x; e < RB_FW(C); e += blockDim.x) {
-        const int c = e < 8 * C ? e >> 3 : e - 8 * C, k = e < 8 * C ? (e & 7) - (8 - K) : K;
-        fw[e] = k >= 0 ? f.w[(size_t)c * f.ld + k] : 0.0f;
-    }
-}
-
-// Sample t of row r's [history | PCM]: the history (zeros before it, and on padding rows) at t < 0.
-static __device__ __forceinline__ float first_sample(const struct gpu_first_conv &f, int r, int t) {
-    if (t >= 0) return f.in.x[(size_t)r * f.in.T + t];
-    return t >= -f.in.H ? xin(f.in, 0, r, t + f.in.H) : 0.0f;
-}
 
 // x of channel c at tile columns j .. j + 3 (j a multiple of 4): samples j - 7 + k + u, the 12
 // at ps[j + 4] ..
@@ -111,15 +87,6 @@ static __device__ __forceinline__ float4 first_x4(const float *ps, const float *
         for (int u = 0; u < 4; u++) acc[u] = fmaf(w[k], p[k + u + 1], acc[u]);
     const float b = fw[8 * C + c];
     return make_float4(acc[0] + b, acc[1] + b, acc[2] + b, acc[3] + b);
-}
-
-// x of channel c at tile column j (>= -2), as first_x4 sums it.
-template <int C>
-static __device__ __forceinline__ float first_x1(const float *ps, const float *fw, int c, int j) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) acc = fmaf(fw[8 * c + k], ps[RB_PS_OFF + j - 7 + k], acc);
-    return acc + fw[8 * C + c];
 }
 
 // stage_window with x computed from the PCM: ps takes the tile's samples, then xs x's window as
