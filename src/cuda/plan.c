@@ -471,7 +471,7 @@ static enum resblock_form resblock_form(const struct builder *B, const struct se
 // `out` is its (R, T) output; *fused says whether it did. With `elu_out` (the block's output only
 // feeds an ELU) small steps apply that ELU in their last kernel; *elu_done says whether they did.
 // With `first` (first_fits: the block is an op_resblock) x is not there: the kernel computes it
-// from first's PCM.
+// from first's PCM, whose history the block's ops carry (or, in the step form, stage).
 static float *plan_resblock(struct builder *B, const struct seanet_layer *l, const struct gpu_conv_w *w,
                             float *x, float *out, int T, float *hist, const float *last_w, float *last_hist,
                             int *fused, int elu_out, int *elu_done, const struct gpu_first_conv *first) {
@@ -516,9 +516,10 @@ static float *plan_resblock(struct builder *B, const struct seanet_layer *l, con
         struct op_resblock *rb = &emit(B, GOP_RESBLOCK, "resblock")->u.resblock;
         *rb = (struct op_resblock){conv_input(B, &l->conv, x, T, 1, hist, 0), w->w1t, w->w2t, out, hid, 0,
                                   {NULL, NULL, NULL, NULL}, 0, {{0}, NULL, 0}, {0, 0, NULL, NULL}};
-        if (first) {  // its second launch carries the history
+        if (first) {  // its second launch carries the history; then the PCM's is carried
             rb->has_first = 1;
             rb->first = *first;
+            emit(B, GOP_CARRY, "carry")->u.im2col = first->in;
             return out;
         }
         if (last_w) {
@@ -602,16 +603,13 @@ static float *plan_seanet(struct builder *B, const struct seanet *s, const struc
             break;
         case SEANET_CONV: {
             if (!in && !pending_elu && first_fits(B, s, w, i, x, act[cur], T)) {
-                // the first conv and the resblock after it in one op_resblock; then the PCM's
-                // history is carried (or, in the step form, staged by the block)
+                // the first conv and the resblock after it in one op_resblock (which carries or
+                // stages the PCM's history too)
                 const struct gpu_first_conv first = {conv_input(B, c, x, T, 0, mem, 0), w[i].w,
                                                      gpu_conv_ld(c->kernel + 1)};
-                const int staged = resblock_form(B, &s->layers[i + 1], &w[i + 1], T, 0) == RESBLOCK_STEP;
                 int fused, elu_done;
                 in = plan_resblock(B, &s->layers[i + 1], &w[i + 1], NULL, act[cur], T, state(B, B->L->st_conv[i + 1]),
-                                   NULL, NULL, &fused, staged && elu_after_resblock(B, s, w, i + 1, T), &elu_done,
-                                   &first);
-                if (!staged) emit(B, GOP_CARRY, "carry")->u.im2col = first.in;  // (the step form stages it)
+                                   NULL, NULL, &fused, elu_after_resblock(B, s, w, i + 1, T), &elu_done, &first);
                 cur ^= 1;
                 i += 1 + elu_done;
                 break;

@@ -549,9 +549,7 @@ static int launch_last(const struct op_resblock *a, struct gpu_exec *ex) {
 // The block with the encoder's first conv: the kernel of the precision, then the history's carry.
 static int launch_first(const struct op_resblock *a, struct gpu_exec *ex) {
     const struct op_im2col *f = &a->first.in;
-    if (a->has_last || a->in.T % 4 || f->c_in != 1 || f->K < 1 || f->K > GPU_FIRST_MAX_K || f->S != 1 ||
-        f->H != f->K - 1 || f->elu || f->T != a->in.T || f->R != a->in.R || (uintptr_t)f->x % 16 ||
-        (uintptr_t)a->y % 16) {
+    if (a->has_last || a->in.T % 4 || !first_conv_fits(a) || (uintptr_t)f->x % 16 || (uintptr_t)a->y % 16) {
         if (ex->errmsg)
             snprintf(ex->errmsg, ex->errlen,
                      "resblock: the first conv takes one channel, K %d at most, stride 1, T %% 4 == 0 and 16-byte "

@@ -166,13 +166,9 @@ static int launch_step(const struct op_resblock *a, struct gpu_exec *ex) {
 // columns, or 8 and 4, one stream's step was 4-9 us faster a direction (H100, 2026-12-06).
 extern "C" int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_exec *ex) {
     const int c = a->in.c_in;
-    const struct op_im2col &f = a->first.in;
-    // with the first conv: one input channel of the block's rows, K <= 8 taps, its history and
-    // both staged histories
-    const bool first_ok = !a->has_first || (GPU_RESBLOCK_STEP_FIRST(c) && f.c_in == 1 && f.S == 1 && f.K >= 1 &&
-                                             f.K <= GPU_FIRST_MAX_K && f.H == f.K - 1 && f.H > 0 && !f.elu &&
-                                             f.T == a->in.T && f.R == a->in.R && a->first.ld >= f.K + 1 &&
-                                             a->step.tail && a->step.first_tail);
+    // with the first conv: its geometry, a history, and both staged histories
+    const bool first_ok = !a->has_first || (GPU_RESBLOCK_STEP_FIRST(c) && first_conv_fits(a) && a->first.in.H > 0 &&
+                                             a->first.ld >= a->first.in.K + 1 && a->step.tail && a->step.first_tail);
     if (!GPU_RESBLOCK_STEP_FITS(c, a->hid) || !first_ok || a->has_last || a->in.K != GPU_RESBLOCK_K ||
         a->in.S != 1 || a->in.H != GPU_RESBLOCK_K - 1 || !a->in.elu || a->in.replicate ||
         (!a->has_first && a->y == a->in.x) || a->in.T < 1 || a->in.R < 1) {
