@@ -31,11 +31,12 @@ static __device__ __forceinline__ void stage_first_weights(float *fw, const stru
 }
 
 // Whether op_resblock.first has the geometry both kernels take: one input channel of the block's
-// rows and columns, stride 1, 1 <= K <= GPU_FIRST_MAX_K taps, its history K - 1 samples, no ELU.
+// rows and columns, stride 1, 1 <= K <= GPU_FIRST_MAX_K taps, its history K - 1 samples, no ELU,
+// and weight rows holding the K taps and the bias (stage_first_weights reads both).
 static inline bool first_conv_fits(const struct op_resblock *a) {
     const struct op_im2col &f = a->first.in;
     return f.c_in == 1 && f.S == 1 && f.K >= 1 && f.K <= GPU_FIRST_MAX_K && f.H == f.K - 1 && !f.elu &&
-           f.T == a->in.T && f.R == a->in.R;
+           f.T == a->in.T && f.R == a->in.R && a->first.ld >= f.K + 1;
 }
 
 // Sample t of row r's [history | PCM]: the history (zeros before it, and on padding rows) at t < 0.

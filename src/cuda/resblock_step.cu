@@ -168,7 +168,7 @@ extern "C" int mimi_cuda_resblock_step(const struct op_resblock *a, struct gpu_e
     const int c = a->in.c_in;
     // with the first conv: its geometry, a history, and both staged histories
     const bool first_ok = !a->has_first || (GPU_RESBLOCK_STEP_FIRST(c) && first_conv_fits(a) && a->first.in.H > 0 &&
-                                             a->first.ld >= a->first.in.K + 1 && a->step.tail && a->step.first_tail);
+                                             a->step.tail && a->step.first_tail);
     if (!GPU_RESBLOCK_STEP_FITS(c, a->hid) || !first_ok || a->has_last || a->in.K != GPU_RESBLOCK_K ||
         a->in.S != 1 || a->in.H != GPU_RESBLOCK_K - 1 || !a->in.elu || a->in.replicate ||
         (!a->has_first && a->y == a->in.x) || a->in.T < 1 || a->in.R < 1) {
