@@ -3,11 +3,13 @@
  * grid barrier of grid.cuh alone, then with the residual-stream read every stage of the
  * transformer begins with, a LayerNorm-shaped statistics section, and stage 2's counter.
  * A probe for the design of the next transformer kernel (docs/GPU-PERFORMANCE.md), not part of
- * the library or its tests. Build and run on a device:
+ * the library or its tests; the build's `stage-floor-probe` (with the CUDA backend), or by hand:
  *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc/cuda -Isrc -o stage_floor bench/probes/stage_floor.cu
- *   ./stage_floor
+ * run on a device without arguments.
  * Each line: the case, the grid, and the mean time of one stage over `iters` stages of one
- * cooperative launch (CUDA events around the launch; the launch itself is amortised).
+ * cooperative launch (CUDA events around the launch; the launch itself is amortised). The
+ * barrier and read cases run again with other forms of the grid barrier (enum form below), to
+ * see which of its steps cost what.
  */
 #include <stdio.h>
 
@@ -20,8 +22,71 @@ static const char *case_name[CASES] = {"barrier", "barrier + read x (8 KB)", "..
 #define D 512
 #define S 2
 
+// Forms of the grid barrier: grid.cuh's; its wait polling relaxed loads with one acquire fence
+// after; no release or acquire at all (not a barrier for data: it times the fences); the last
+// arriver (an acquire-release add that returns the count) releasing a flag on another line that
+// the others poll; arrivals spread over 8 counters on their own lines, each waiter polling all.
+enum { GRID, RELAXED_POLL, NO_FENCES, FLAG, SPREAD, FORMS };
+static const char *form_name[FORMS] = {"grid.cuh", "relaxed polls, one fence", "no fences (timing only)",
+                                       "last arriver's flag", "8 counters"};
+#define LINE 32  // uint32 a 128-byte line
+
+static __device__ __forceinline__ unsigned ld_relaxed(const uint32_t *p) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+static __device__ __forceinline__ unsigned ld_acquire(const uint32_t *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// The n-th barrier of the launch in form F over bar (SPREAD: 8 lines; FLAG: counter, then flag a
+// line later).
+template <int F>
+static __device__ __forceinline__ void barrier_form(uint32_t *bar, unsigned n) {
+    if (F == GRID) {
+        grid_arrive(bar);
+        grid_wait(bar, n);
+        return;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned target = n * gridDim.x;
+        if (F == RELAXED_POLL) {
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+            while (ld_relaxed(bar) < target) {
+            }
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        } else if (F == NO_FENCES) {
+            asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+            while (ld_relaxed(bar) < target) {
+            }
+        } else if (F == FLAG) {
+            unsigned before;
+            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(bar) : "memory");
+            if (before + 1 == target)
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + LINE), "r"(n) : "memory");
+            else
+                while (ld_acquire(bar + LINE) < n) {
+                }
+        } else {
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar + blockIdx.x % 8 * LINE) : "memory");
+            unsigned sum;
+            do {
+                sum = 0;
+#pragma unroll
+                for (int c = 0; c < 8; c++) sum += ld_relaxed(bar + c * LINE);
+            } while (sum < target);
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        }
+    }
+    __syncthreads();
+}
+
 // Stage k: every block reads x[k & 1] (S, D) whole, then stores its slice of x[~k & 1].
-template <int C>
+template <int C, int F>
 static __global__ void stage_kernel(uint32_t *barrier, float *x, float *part, uint32_t *counter, int iters) {
     __shared__ float hs[S * D];
     __shared__ double stat[S];
@@ -63,14 +128,12 @@ static __global__ void stage_kernel(uint32_t *barrier, float *x, float *part, ui
             const int c = blockIdx.x * per + e % per;
             if (c < D) out[(e / per) * D + c] = keep;
         }
-        grid_arrive(barrier);
-        grid_wait(barrier, k + 1);
+        barrier_form<F>(barrier, k + 1);
     }
     if (t == 0 && keep == 12345.0f) x[0] = keep;  // keeps the stages' reads live
-    grid_exit(barrier);
 }
 
-template <int C>
+template <int C, int F = GRID>
 static float run(int blocks, int threads, int iters, uint32_t *barrier, float *x, float *part, uint32_t *counter) {
     void *args[] = {&barrier, &x, &part, &counter, &iters};
     cudaEvent_t a, b;
@@ -78,8 +141,9 @@ static float run(int blocks, int threads, int iters, uint32_t *barrier, float *x
     cudaEventCreate(&b);
     float best = 1e30f;
     for (int rep = 0; rep < 5; rep++) {
+        cudaMemset(barrier, 0, 8 * LINE * sizeof(uint32_t));
         cudaEventRecord(a);
-        cudaLaunchCooperativeKernel((void *)stage_kernel<C>, blocks, threads, args, 0, 0);
+        cudaLaunchCooperativeKernel((void *)stage_kernel<C, F>, blocks, threads, args, 0, 0);
         cudaEventRecord(b);
         cudaEventSynchronize(b);
         float ms = 0.0f;
@@ -104,11 +168,10 @@ int main(void) {
     }
     uint32_t *barrier, *counter;
     float *x, *part;
-    cudaMalloc(&barrier, 2 * sizeof(uint32_t));
+    cudaMalloc(&barrier, 8 * LINE * sizeof(uint32_t));
     cudaMalloc(&counter, sizeof(uint32_t));
     cudaMalloc(&x, 2 * S * D * sizeof(float));
     cudaMalloc(&part, (size_t)sms * D * sizeof(float));
-    cudaMemset(barrier, 0, 2 * sizeof(uint32_t));
     cudaMemset(counter, 0, sizeof(uint32_t));
     cudaMemset(x, 0, 2 * S * D * sizeof(float));
     const int iters = 2000;
@@ -124,6 +187,20 @@ int main(void) {
             }
             if (us < 0) return 1;
             printf("stage_floor %-32s blocks %3d threads %3d: %.3f us a stage\n", case_name[c], g[0], g[1], us);
+        }
+    // the barrier's forms, alone and with the read (132 blocks of 512 threads)
+    typedef float (*runner)(int, int, int, uint32_t *, float *, float *, uint32_t *);
+    static const runner forms[FORMS][2] = {{run<BARRIER, GRID>, run<READ, GRID>},
+                                           {run<BARRIER, RELAXED_POLL>, run<READ, RELAXED_POLL>},
+                                           {run<BARRIER, NO_FENCES>, run<READ, NO_FENCES>},
+                                           {run<BARRIER, FLAG>, run<READ, FLAG>},
+                                           {run<BARRIER, SPREAD>, run<READ, SPREAD>}};
+    for (int f = 0; f < FORMS; f++)
+        for (int c = 0; c < 2; c++) {
+            const float us = forms[f][c](sms, 512, iters, barrier, x, part, counter);
+            if (us < 0) return 1;
+            printf("stage_floor form %-26s %-24s blocks %3d threads 512: %.3f us a stage\n", form_name[f],
+                   case_name[c], sms, us);
         }
     return 0;
 }
