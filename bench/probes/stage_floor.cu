@@ -1,7 +1,8 @@
 /*
  * stage_floor.cu - what a stage of a persistent one-stream kernel costs before any work: the
  * grid barrier of grid.cuh alone, then with the residual-stream read every stage of the
- * transformer begins with, a LayerNorm-shaped statistics section, and stage 2's counter.
+ * transformer begins with, a LayerNorm-shaped statistics section, and a counter of finished
+ * blocks with and without the last one's sum of their parts.
  * A probe for the design of the next transformer kernel (docs/GPU-PERFORMANCE.md), not part of
  * the library or its tests; the build's `stage-floor-probe` (with the CUDA backend), or by hand:
  *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc/cuda -Isrc -o stage_floor bench/probes/stage_floor.cu
@@ -15,9 +16,9 @@
 
 #include "grid.cuh"
 
-enum { BARRIER, READ, READ_LN, READ_COUNT, CASES };
+enum { BARRIER, READ, READ_LN, READ_COUNT, READ_COUNT_SUM, CASES };
 static const char *case_name[CASES] = {"barrier", "barrier + read x (8 KB)", "... + LN statistics",
-                                       "... + counter, last block sums"};
+                                       "... + one counter for all", "... + the last block sums"};
 
 #define D 512
 #define S 2
@@ -115,13 +116,15 @@ static __global__ void stage_kernel(uint32_t *barrier, float *x, float *part, ui
             keep += (float)stat[0];
         }
         if (C >= READ) keep += hs[(t * 7) % (S * D)];
-        if (C == READ_COUNT) {  // every block stores a part; the last to count sums them
+        if (C >= READ_COUNT) {  // every block stores a part and counts; the last one resets the counter
             if (t < per) part[blockIdx.x * per + t] = keep;
             if (last_block(counter, gridDim.x)) {
                 if (t == 0) *counter = 0;
-                float a = 0.0f;
-                for (int b = 0; b < (int)gridDim.x && t < per; b++) a += __ldcg(part + b * per + t);
-                keep += a;
+                if (C == READ_COUNT_SUM) {  // and sums the parts (a loop: its loads a few at a time)
+                    float a = 0.0f;
+                    for (int b = 0; b < (int)gridDim.x && t < per; b++) a += __ldcg(part + b * per + t);
+                    keep += a;
+                }
             }
         }
         for (int e = t; e < per * S; e += blockDim.x) {
@@ -183,7 +186,8 @@ int main(void) {
             case BARRIER: us = run<BARRIER>(g[0], g[1], iters, barrier, x, part, counter); break;
             case READ: us = run<READ>(g[0], g[1], iters, barrier, x, part, counter); break;
             case READ_LN: us = run<READ_LN>(g[0], g[1], iters, barrier, x, part, counter); break;
-            default: us = run<READ_COUNT>(g[0], g[1], iters, barrier, x, part, counter); break;
+            case READ_COUNT: us = run<READ_COUNT>(g[0], g[1], iters, barrier, x, part, counter); break;
+            default: us = run<READ_COUNT_SUM>(g[0], g[1], iters, barrier, x, part, counter); break;
             }
             if (us < 0) return 1;
             printf("stage_floor %-32s blocks %3d threads %3d: %.3f us a stage\n", case_name[c], g[0], g[1], us);
