@@ -179,21 +179,15 @@ int main(void) {
     cudaMemset(x, 0, 2 * S * D * sizeof(float));
     const int iters = 2000;
     const int grids[][2] = {{sms, 512}, {sms, 256}, {sms, 128}, {sms / 2, 512}, {sms / 4, 512}};
+    typedef float (*runner)(int, int, int, uint32_t *, float *, float *, uint32_t *);
+    static const runner cases[CASES] = {run<BARRIER>, run<READ>, run<READ_LN>, run<READ_COUNT>, run<READ_COUNT_SUM>};
     for (int c = 0; c < CASES; c++)
         for (const auto &g : grids) {
-            float us = -1.0f;
-            switch (c) {
-            case BARRIER: us = run<BARRIER>(g[0], g[1], iters, barrier, x, part, counter); break;
-            case READ: us = run<READ>(g[0], g[1], iters, barrier, x, part, counter); break;
-            case READ_LN: us = run<READ_LN>(g[0], g[1], iters, barrier, x, part, counter); break;
-            case READ_COUNT: us = run<READ_COUNT>(g[0], g[1], iters, barrier, x, part, counter); break;
-            default: us = run<READ_COUNT_SUM>(g[0], g[1], iters, barrier, x, part, counter); break;
-            }
+            const float us = cases[c](g[0], g[1], iters, barrier, x, part, counter);
             if (us < 0) return 1;
             printf("stage_floor %-32s blocks %3d threads %3d: %.3f us a stage\n", case_name[c], g[0], g[1], us);
         }
-    // the barrier's forms, alone and with the read (132 blocks of 512 threads)
-    typedef float (*runner)(int, int, int, uint32_t *, float *, float *, uint32_t *);
+    // the barrier's forms, alone and with the read (a block of 512 threads an SM)
     static const runner forms[FORMS][2] = {{run<BARRIER, GRID>, run<READ, GRID>},
                                            {run<BARRIER, RELAXED_POLL>, run<READ, RELAXED_POLL>},
                                            {run<BARRIER, NO_FENCES>, run<READ, NO_FENCES>},
