@@ -6,13 +6,14 @@
  * A probe for the design of the next transformer kernel (docs/GPU-PERFORMANCE.md), not part of
  * the library or its tests; the build's `stage-floor-probe` (with the CUDA backend), or by hand:
  *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc/cuda -Isrc -o stage_floor bench/probes/stage_floor.cu
- * run on a device without arguments.
+ * run on a device without arguments (`forms`: the barrier forms only).
  * Each line: the case, the grid, and the mean time of one stage over `iters` stages of one
  * cooperative launch (CUDA events around the launch; the launch itself is amortised). The
  * barrier and read cases run again with other forms of the grid barrier (enum form below), to
  * see which of its steps cost what.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "grid.cuh"
 
@@ -26,10 +27,14 @@ static const char *case_name[CASES] = {"barrier", "barrier + read x (8 KB)", "..
 // Forms of the grid barrier: grid.cuh's; its wait polling relaxed loads with one acquire fence
 // after; no release or acquire at all (not a barrier for data: it times the fences); the last
 // arriver (an acquire-release add that returns the count) releasing a flag on another line that
-// the others poll; arrivals spread over 8 counters on their own lines, each waiter polling all.
-enum { GRID, RELAXED_POLL, NO_FENCES, FLAG, SPREAD, FORMS };
+// the others poll; arrivals spread over 8 counters on their own lines, each waiter polling all;
+// the release alone and the acquire alone (timing only: which of the two fences costs); relaxed
+// polls and one acquiring load of the counter once they have seen the count (a barrier: the
+// acquiring load reads the count's last add, and so synchronises with every releasing add).
+enum { GRID, RELAXED_POLL, NO_FENCES, FLAG, SPREAD, RELEASE_ONLY, ACQUIRE_ONLY, POLL_THEN_ACQUIRE, FORMS };
 static const char *form_name[FORMS] = {"grid.cuh", "relaxed polls, one fence", "no fences (timing only)",
-                                       "last arriver's flag", "8 counters"};
+                                       "last arriver's flag", "8 counters", "release only (timing only)",
+                                       "acquire only (timing only)", "relaxed polls, one acquire"};
 #define LINE 32  // uint32 a 128-byte line
 
 static __device__ __forceinline__ unsigned ld_relaxed(const uint32_t *p) {
@@ -60,6 +65,15 @@ static __device__ __forceinline__ void barrier_form(uint32_t *bar, unsigned n) {
             while (ld_relaxed(bar) < target) {
             }
             asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        } else if (F == RELEASE_ONLY || F == POLL_THEN_ACQUIRE) {
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+            while (ld_relaxed(bar) < target) {
+            }
+            if (F == POLL_THEN_ACQUIRE) (void)ld_acquire(bar);
+        } else if (F == ACQUIRE_ONLY) {
+            asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+            while (ld_acquire(bar) < target) {
+            }
         } else if (F == NO_FENCES) {
             asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
             while (ld_relaxed(bar) < target) {
@@ -163,7 +177,8 @@ static float run(int blocks, int threads, int iters, uint32_t *barrier, float *x
     return best * 1000.0f / iters;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const bool forms_only = argc > 1 && !strcmp(argv[1], "forms");  // the barrier forms only
     int sms = 0;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 1) {
         fprintf(stderr, "stage_floor: no CUDA device\n");
@@ -181,7 +196,7 @@ int main(void) {
     const int grids[][2] = {{sms, 512}, {sms, 256}, {sms, 128}, {sms / 2, 512}, {sms / 4, 512}};
     typedef float (*runner)(int, int, int, uint32_t *, float *, float *, uint32_t *);
     static const runner cases[CASES] = {run<BARRIER>, run<READ>, run<READ_LN>, run<READ_COUNT>, run<READ_COUNT_SUM>};
-    for (int c = 0; c < CASES; c++)
+    for (int c = 0; c < (forms_only ? 0 : CASES); c++)
         for (const auto &g : grids) {
             const float us = cases[c](g[0], g[1], iters, barrier, x, part, counter);
             if (us < 0) return 1;
@@ -192,7 +207,10 @@ int main(void) {
                                            {run<BARRIER, RELAXED_POLL>, run<READ, RELAXED_POLL>},
                                            {run<BARRIER, NO_FENCES>, run<READ, NO_FENCES>},
                                            {run<BARRIER, FLAG>, run<READ, FLAG>},
-                                           {run<BARRIER, SPREAD>, run<READ, SPREAD>}};
+                                           {run<BARRIER, SPREAD>, run<READ, SPREAD>},
+                                           {run<BARRIER, RELEASE_ONLY>, run<READ, RELEASE_ONLY>},
+                                           {run<BARRIER, ACQUIRE_ONLY>, run<READ, ACQUIRE_ONLY>},
+                                           {run<BARRIER, POLL_THEN_ACQUIRE>, run<READ, POLL_THEN_ACQUIRE>}};
     for (int f = 0; f < FORMS; f++)
         for (int c = 0; c < 2; c++) {
             const float us = forms[f][c](sms, 512, iters, barrier, x, part, counter);
