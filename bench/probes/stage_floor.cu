@@ -60,25 +60,7 @@ static __device__ __forceinline__ void barrier_form(uint32_t *bar, unsigned n) {
     __syncthreads();
     if (threadIdx.x == 0) {
         const unsigned target = n * gridDim.x;
-        if (F == RELAXED_POLL) {
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-            while (ld_relaxed(bar) < target) {
-            }
-            asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        } else if (F == RELEASE_ONLY || F == POLL_THEN_ACQUIRE) {
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-            while (ld_relaxed(bar) < target) {
-            }
-            if (F == POLL_THEN_ACQUIRE) (void)ld_acquire(bar);
-        } else if (F == ACQUIRE_ONLY) {
-            asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-            while (ld_acquire(bar) < target) {
-            }
-        } else if (F == NO_FENCES) {
-            asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-            while (ld_relaxed(bar) < target) {
-            }
-        } else if (F == FLAG) {
+        if (F == FLAG) {
             unsigned before;
             asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(bar) : "memory");
             if (before + 1 == target)
@@ -86,7 +68,7 @@ static __device__ __forceinline__ void barrier_form(uint32_t *bar, unsigned n) {
             else
                 while (ld_acquire(bar + LINE) < n) {
                 }
-        } else {
+        } else if (F == SPREAD) {
             asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar + blockIdx.x % 8 * LINE) : "memory");
             unsigned sum;
             do {
@@ -95,6 +77,16 @@ static __device__ __forceinline__ void barrier_form(uint32_t *bar, unsigned n) {
                 for (int c = 0; c < 8; c++) sum += ld_relaxed(bar + c * LINE);
             } while (sum < target);
             asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        } else {
+            // one counter: a releasing or relaxed add, acquiring or relaxed polls, then what follows them
+            if (F == NO_FENCES || F == ACQUIRE_ONLY)
+                asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+            else
+                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+            while ((F == ACQUIRE_ONLY ? ld_acquire(bar) : ld_relaxed(bar)) < target) {
+            }
+            if (F == RELAXED_POLL) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            if (F == POLL_THEN_ACQUIRE) (void)ld_acquire(bar);
         }
     }
     __syncthreads();
