@@ -1,0 +1,188 @@
+/*
+ * cluster_layer.cu - the skeleton of a one-stream transformer layer held by one thread-block
+ * cluster (docs/GPU-PERFORMANCE.md): its four products (in_proj 1536 x 512, out_proj 512 x 512,
+ * linear1 2048 x 512, linear2 512 x 2048, f32, two rows: a frame's two steps) with every weight
+ * streamed once through a ring of shared memory (cp.async, issued as far ahead as the ring
+ * allows, across the waits), each product's outputs gathered into every block over distributed
+ * shared memory after a cluster barrier, and a LayerNorm-like block reduction before in_proj and
+ * linear1. No attention, rotation or residual arithmetic: it times what the products, the weight
+ * stream and the cluster's exchanges cost, against the persistent kernel's 21-23 us a layer.
+ * A probe, not part of the library or its tests; the build's `cluster-layer-probe`, or by hand:
+ *   nvcc -O3 -arch=sm_90 -o cluster_layer bench/probes/cluster_layer.cu
+ * Each line: the cluster size, us a layer (8 layers a launch, 100 MB of weights from DRAM) and the
+ * rate the weights streamed at.
+ */
+#include <cooperative_groups.h>
+#include <stdio.h>
+
+namespace cg = cooperative_groups;
+
+#define THREADS 512
+#define WARPS (THREADS / 32)
+#define S 2          // rows (steps)
+#define D 512
+#define FF 2048
+#define LAYERS 8
+#define CHUNK 4096   // floats a ring slot (16 KB)
+#define SLOTS 12     // 192 KB of ring
+#define MINC 8  // the smallest cluster: its blocks hold the most outputs of a product
+
+// Product m of a layer: J outputs of K inputs; weights (J, K) row-major after the layer's earlier ones.
+__constant__ int prod_J[4] = {3 * D, D, FF, D}, prod_K[4] = {D, D, D, FF};
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// The block's chunks, in the order they are used: for each layer and product, its J / C rows,
+// CHUNK / K rows a chunk. chunk_src gives chunk n's first weight (or NULL past the last).
+struct stream {
+    const float *w;
+    int C, rank;
+    __device__ const float *chunk_src(int n) const {
+        for (int l = 0; l < LAYERS; l++) {
+            size_t at = (size_t)l * (3 * D * D + D * D + FF * D + D * FF);
+            for (int m = 0; m < 4; m++) {
+                const int J = prod_J[m], K = prod_K[m], rows = J / C, per = CHUNK / K, chunks = rows / per;
+                if (n < chunks) return w + at + ((size_t)rank * rows + (size_t)n * per) * K;
+                n -= chunks;
+                at += (size_t)J * K;
+            }
+        }
+        return nullptr;
+    }
+};
+
+static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w, float *out) {
+    extern __shared__ float4 smem4[];
+    float *ring = (float *)smem4;                    // SLOTS * CHUNK
+    float *x = ring + SLOTS * CHUNK;                 // (S, FF): the current product's input, whole
+    float *part = x + S * FF;                        // (WARPS, S): the warps' sums of a chunk
+    float *slice = part + WARPS * S;                 // (2, S, FF / MINC): this block's outputs, by parity
+    __shared__ float stat[S];
+    cg::cluster_group cl = cg::this_cluster();
+    const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank(), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const stream st = {w, C, rank};
+    int issued = 0, used = 0;  // chunks requested and consumed
+    const auto issue = [&]() {
+        const float *src = st.chunk_src(issued);
+        if (src) {
+            float *dst = ring + (size_t)(issued % SLOTS) * CHUNK;
+            for (int e = threadIdx.x; e < CHUNK / 4; e += THREADS) cp_async16(dst + 4 * e, src + 4 * e);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");  // an empty group past the end keeps the count
+        issued++;
+    };
+    for (int k = 0; k < SLOTS; k++) issue();
+    for (int i = threadIdx.x; i < S * FF; i += THREADS) x[i] = 0.01f * (i % 7);
+    __syncthreads();
+    int parity = 0;
+    for (int l = 0; l < LAYERS; l++)
+        for (int m = 0; m < 4; m++) {
+            const int J = prod_J[m], K = prod_K[m], rows = J / C, per = CHUNK / K, wpr = WARPS / per;
+            if (m == 0 || m == 2) {  // a LayerNorm's statistics: a warp a row, its sum and its squares
+                if (warp < S) {
+                    float a = 0.0f, q = 0.0f;
+                    for (int i = lane; i < D; i += 32) a += x[warp * FF + i], q += x[warp * FF + i] * x[warp * FF + i];
+                    a = warp_sum(a), q = warp_sum(q);
+                    if (lane == 0) stat[warp] = rsqrtf(q / D - (a / D) * (a / D) + 1e-5f);
+                }
+                __syncthreads();
+            }
+            float *mine = slice + (size_t)parity * S * (FF / MINC);
+            for (int c = 0; c < rows / per; c++) {
+                asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 1) : "memory");
+                __syncthreads();
+                const float *wc = ring + (size_t)(used % SLOTS) * CHUNK;
+                // warp w: row w / wpr of the chunk, inputs [(w % wpr) * K / wpr, ...): 8 floats a lane
+                const int r = warp / wpr, k0 = (warp % wpr) * (K / wpr);
+                float acc[S] = {};
+                for (int k = k0 + lane; k < k0 + K / wpr; k += 32) {
+                    const float wv = wc[r * K + k];
+#pragma unroll
+                    for (int s = 0; s < S; s++) acc[s] += wv * x[s * FF + k];
+                }
+#pragma unroll
+                for (int s = 0; s < S; s++) {
+                    const float v = warp_sum(acc[s]);
+                    if (lane == 0) part[warp * S + s] = v;
+                }
+                __syncthreads();  // the slot is free, the parts stored
+                used++;
+                issue();
+                if (threadIdx.x < per * S) {
+                    const int rr = threadIdx.x / S, s = threadIdx.x % S;
+                    float v = 0.0f;
+                    for (int p = 0; p < wpr; p++) v += part[(rr * wpr + p) * S + s];
+                    mine[s * rows + c * per + rr] = v * (m == 0 || m == 2 ? stat[s] : 1.0f);
+                }
+            }
+            cl.sync();  // every block's outputs
+            for (int i = threadIdx.x; i < S * J; i += THREADS) {  // gathered: output j of row s from block j / rows
+                const int s = i / J, j = i % J;
+                const float *src = cl.map_shared_rank(slice + (size_t)parity * S * (FF / MINC), j / rows);
+                const float v = src[s * rows + j % rows];
+                if (m != 0 || j < D) x[s * FF + j] = 0.5f * v;  // (in_proj: q stands in for the attention's output)
+            }
+            parity ^= 1;
+            __syncthreads();
+        }
+    cl.sync();  // no block leaves while another reads its slice
+    if (threadIdx.x == 0 && x[rank] == 12345.0f) out[rank] = x[0];
+}
+
+int main(void) {
+    const size_t n = (size_t)LAYERS * (3 * D * D + D * D + FF * D + D * FF);
+    float *w, *out;
+    if (cudaMalloc(&w, n * sizeof(float)) != cudaSuccess || cudaMalloc(&out, 64 * sizeof(float)) != cudaSuccess) {
+        fprintf(stderr, "cluster_layer: no CUDA device\n");
+        return 1;
+    }
+    cudaMemset(w, 0, n * sizeof(float));
+    const size_t smem = sizeof(float) * ((size_t)SLOTS * CHUNK + S * FF + WARPS * S + 2 * S * (FF / MINC));
+    cudaFuncSetAttribute(layer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(layer_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    float *flush;  // a buffer written between launches, so that L2 holds none of the weights
+    cudaMalloc(&flush, (size_t)256 << 20);
+    for (int C : {8, 16}) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(C);
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        float best = 1e30f;
+        for (int rep = 0; rep < 6; rep++) {
+            cudaMemset(flush, rep, (size_t)256 << 20);
+            cudaEvent_t a, b;
+            cudaEventCreate(&a);
+            cudaEventCreate(&b);
+            cudaEventRecord(a);
+            cudaLaunchKernelEx(&cfg, layer_kernel, (const float *)w, out);
+            cudaEventRecord(b);
+            cudaEventSynchronize(b);
+            float ms = 0.0f;
+            cudaEventElapsedTime(&ms, a, b);
+            if (rep > 0 && ms < best) best = ms;
+            cudaEventDestroy(a);
+            cudaEventDestroy(b);
+        }
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            printf("cluster_layer clusters of %2d: %s\n", C, cudaGetErrorString(e));
+            continue;
+        }
+        printf("cluster_layer one cluster of %2d blocks: %.2f us a layer, weights at %.0f GB/s (%.1f an SM)\n", C,
+               best * 1e3f / LAYERS, n * 4.0 / (best * 1e-3) / 1e9, n * 4.0 / (best * 1e-3) / 1e9 / C);
+    }
+    return 0;
+}
