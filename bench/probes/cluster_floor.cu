@@ -15,6 +15,8 @@
 #include <cooperative_groups.h>
 #include <stdio.h>
 
+#include "probe_time.cuh"
+
 namespace cg = cooperative_groups;
 
 #define THREADS 512
@@ -90,22 +92,8 @@ static __global__ void gather_kernel(int iters, float *out) {
 }
 
 static float time_launch(cudaLaunchConfig_t *cfg, void (*k)(int, float *), int iters, float *out) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    for (int rep = 0; rep < 4; rep++) {
-        cudaEventRecord(a);
-        cudaLaunchKernelEx(cfg, k, iters, out);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0.0f;
-        cudaEventElapsedTime(&ms, a, b);
-        if (rep > 0 && ms < best) best = ms;
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return cudaGetLastError() == cudaSuccess ? best * 1000.0f / iters : -1.0f;
+    const float ms = probe_best_ms("cluster_floor", 4, [](int) {}, [&] { cudaLaunchKernelEx(cfg, k, iters, out); });
+    return ms < 0 ? -1.0f : ms * 1000.0f / iters;
 }
 
 int main(void) {
@@ -123,25 +111,17 @@ int main(void) {
     size_t base = 0;
     for (int form = 0; form < 3; form++)
         for (int g : grids) {
-            float best = 1e30f;
-            for (int rep = 0; rep < 5; rep++) {
-                base = (base + (size_t)g * PER_BLOCK) % (BUFFER - (size_t)sms * PER_BLOCK);  // a region L2 does not hold
-                cudaEvent_t a, b;
-                cudaEventCreate(&a);
-                cudaEventCreate(&b);
-                cudaEventRecord(a);
-                if (form == 0) stream_kernel<8><<<g, THREADS>>>(buf, base, out);
-                else if (form == 1) stream_kernel<16><<<g, THREADS>>>(buf, base, out);
-                else stream_async_kernel<<<g, THREADS, STAGES * 4 * THREADS * 16>>>(buf, base, out);
-                cudaEventRecord(b);
-                cudaEventSynchronize(b);
-                float ms = 0.0f;
-                cudaEventElapsedTime(&ms, a, b);
-                if (rep > 0 && ms < best) best = ms;
-                cudaEventDestroy(a);
-                cudaEventDestroy(b);
-            }
-            if (cudaGetLastError() != cudaSuccess) return 1;
+            const auto fresh = [&](int) {  // a region L2 does not hold
+                base = (base + (size_t)g * PER_BLOCK) % (BUFFER - (size_t)sms * PER_BLOCK);
+            };
+            const float best = probe_best_ms(
+                "cluster_floor", 5, fresh,
+                [&] {
+                    if (form == 0) stream_kernel<8><<<g, THREADS>>>(buf, base, out);
+                    else if (form == 1) stream_kernel<16><<<g, THREADS>>>(buf, base, out);
+                    else stream_async_kernel<<<g, THREADS, STAGES * 4 * THREADS * 16>>>(buf, base, out);
+                });
+            if (best < 0) return 1;
             const double gbs = (double)g * PER_BLOCK / (best * 1e-3) / 1e9;
             static const char *name[3] = {"8 x 16 B loads a thread", "16 x 16 B loads a thread", "cp.async, 4 x 32 KB"};
             printf("stream %-26s blocks %3d: %.1f us, %.1f GB/s an SM, %.0f GB/s in all\n", name[form], g, best * 1e3,

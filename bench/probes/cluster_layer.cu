@@ -15,6 +15,8 @@
 #include <cooperative_groups.h>
 #include <stdio.h>
 
+#include "probe_time.cuh"
+
 namespace cg = cooperative_groups;
 
 #define THREADS 512
@@ -160,27 +162,10 @@ int main(void) {
         cfg.dynamicSmemBytes = smem;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        float best = 1e30f;
-        for (int rep = 0; rep < 6; rep++) {
-            cudaMemset(flush, rep, (size_t)256 << 20);
-            cudaEvent_t a, b;
-            cudaEventCreate(&a);
-            cudaEventCreate(&b);
-            cudaEventRecord(a);
-            cudaLaunchKernelEx(&cfg, layer_kernel, (const float *)w, out);
-            cudaEventRecord(b);
-            cudaEventSynchronize(b);
-            float ms = 0.0f;
-            cudaEventElapsedTime(&ms, a, b);
-            if (rep > 0 && ms < best) best = ms;
-            cudaEventDestroy(a);
-            cudaEventDestroy(b);
-        }
-        const cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) {
-            printf("cluster_layer clusters of %2d: %s\n", C, cudaGetErrorString(e));
-            continue;
-        }
+        const float best = probe_best_ms(
+            "cluster_layer", 6, [&](int rep) { cudaMemset(flush, rep, (size_t)256 << 20); },
+            [&] { cudaLaunchKernelEx(&cfg, layer_kernel, (const float *)w, out); });
+        if (best < 0) continue;
         printf("cluster_layer one cluster of %2d blocks: %.2f us a layer, weights at %.0f GB/s (%.1f an SM)\n", C,
                best * 1e3f / LAYERS, n * 4.0 / (best * 1e-3) / 1e9, n * 4.0 / (best * 1e-3) / 1e9 / C);
     }

@@ -16,6 +16,7 @@
 
 #include "attention.cuh"
 #include "grid.cuh"
+#include "probe_time.cuh"
 
 #define D 512
 #define HEADS 8
@@ -89,27 +90,10 @@ template <int C>
 static float run(int blocks, int layers, int iters, uint32_t *barrier, const float *keys, const float *values,
                  const int32_t *positions, const float *q, float *out) {
     void *args[] = {&barrier, &keys, &values, &positions, &q, &out, &layers, &iters};
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    for (int rep = 0; rep < 5; rep++) {
-        cudaEventRecord(a);
-        cudaLaunchCooperativeKernel((void *)walk_kernel<C>, blocks, 512, args, 0, 0);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0.0f;
-        cudaEventElapsedTime(&ms, a, b);
-        if (rep > 0 && ms < best) best = ms;  // the first launch warms up
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        fprintf(stderr, "ring_walk: %s\n", cudaGetErrorString(e));
-        return -1.0f;
-    }
-    return best * 1000.0f / iters;
+    const float ms = probe_best_ms(
+        "ring_walk", 5, [](int) {},
+        [&] { cudaLaunchCooperativeKernel((void *)walk_kernel<C>, blocks, 512, args, 0, 0); });
+    return ms < 0 ? -1.0f : ms * 1000.0f / iters;
 }
 
 int main(void) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "grid.cuh"
+#include "probe_time.cuh"
 
 enum { BARRIER, READ, READ_LN, READ_COUNT, READ_COUNT_SUM, CASES };
 static const char *case_name[CASES] = {"barrier", "barrier + read x (8 KB)", "... + LN statistics",
@@ -145,28 +146,10 @@ static __global__ void stage_kernel(uint32_t *barrier, float *x, float *part, ui
 template <int C, int F = GRID>
 static float run(int blocks, int threads, int iters, uint32_t *barrier, float *x, float *part, uint32_t *counter) {
     void *args[] = {&barrier, &x, &part, &counter, &iters};
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    for (int rep = 0; rep < 5; rep++) {
-        cudaMemset(barrier, 0, 8 * LINE * sizeof(uint32_t));
-        cudaEventRecord(a);
-        cudaLaunchCooperativeKernel((void *)stage_kernel<C, F>, blocks, threads, args, 0, 0);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0.0f;
-        cudaEventElapsedTime(&ms, a, b);
-        if (rep > 0 && ms < best) best = ms;  // the first launch warms up
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        fprintf(stderr, "stage_floor: %s\n", cudaGetErrorString(e));
-        return -1.0f;
-    }
-    return best * 1000.0f / iters;
+    const float ms = probe_best_ms(
+        "stage_floor", 5, [&](int) { cudaMemset(barrier, 0, 8 * LINE * sizeof(uint32_t)); },
+        [&] { cudaLaunchCooperativeKernel((void *)stage_kernel<C, F>, blocks, threads, args, 0, 0); });
+    return ms < 0 ? -1.0f : ms * 1000.0f / iters;
 }
 
 int main(int argc, char **argv) {
