@@ -9,8 +9,9 @@
  * stream and the cluster's exchanges cost, against the persistent kernel's 21-23 us a layer.
  * A probe, not part of the library or its tests; the build's `cluster-layer-probe`, or by hand:
  *   nvcc -O3 -arch=sm_90 -o cluster_layer bench/probes/cluster_layer.cu
- * Each line: the cluster size, us a layer (8 layers a launch, 100 MB of weights from DRAM) and the
- * rate the weights streamed at.
+ * Each line: the cluster size, the chunks of 16 KB a product takes at a time (one wait and two block
+ * barriers for them), us a layer (8 layers a launch, 100 MB of weights from DRAM) and the rate the
+ * weights streamed at.
  */
 #include <cooperative_groups.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ namespace cg = cooperative_groups;
 #define LAYERS 8
 #define CHUNK 4096   // floats a ring slot (16 KB)
 #define SLOTS 12     // 192 KB of ring
+#define MAXG 4  // the most chunks a product takes at a time
 #define MINC 8  // the smallest cluster: its blocks hold the most outputs of a product
 
 // Product m of a layer: J outputs of K inputs; weights (J, K) row-major after the layer's earlier ones.
@@ -61,12 +63,13 @@ struct stream {
     }
 };
 
+template <int G>  // chunks taken at a time
 static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w, float *out) {
     extern __shared__ float4 smem4[];
     float *ring = (float *)smem4;                    // SLOTS * CHUNK
     float *x = ring + SLOTS * CHUNK;                 // (S, FF): the current product's input, whole
-    float *part = x + S * FF;                        // (WARPS, S): the warps' sums of a chunk
-    float *slice = part + WARPS * S;                 // (2, S, FF / MINC): this block's outputs, by parity
+    float *part = x + S * FF;                        // (MAXG * WARPS, S): the warps' sums of a group
+    float *slice = part + MAXG * WARPS * S;                // (2, S, FF / MINC): this block's outputs, by parity
     __shared__ float stat[S];
     cg::cluster_group cl = cg::this_cluster();
     const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank(), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -87,7 +90,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
     int parity = 0;
     for (int l = 0; l < LAYERS; l++)
         for (int m = 0; m < 4; m++) {
-            const int J = prod_J[m], K = prod_K[m], rows = J / C, per = CHUNK / K, wpr = WARPS / per;
+            const int J = prod_J[m], K = prod_K[m], rows = J / C, per = CHUNK / K;
             if (m == 0 || m == 2) {  // a LayerNorm's statistics: a warp a row, its sum and its squares
                 if (warp < S) {
                     float a = 0.0f, q = 0.0f;
@@ -98,31 +101,35 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
                 __syncthreads();
             }
             float *mine = slice + (size_t)parity * S * (FF / MINC);
-            for (int c = 0; c < rows / per; c++) {
-                asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 1) : "memory");
+            // G chunks at a time: warp w takes rows r0 .. r0 + rpw - 1 of the group, inputs
+            // [q n, q n + n) of them; a row's wpr parts added in order
+            const int grows = G * per, wpr = grows >= WARPS ? 1 : WARPS / grows, rpw = grows >= WARPS ? grows / WARPS : 1;
+            const int n = K / wpr, r0 = warp / wpr * rpw, q = warp % wpr;
+            for (int c = 0; c < rows / per; c += G) {
+                asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - G) : "memory");
                 __syncthreads();
-                const float *wc = ring + (size_t)(used % SLOTS) * CHUNK;
-                // warp w: row w / wpr of the chunk, inputs [(w % wpr) * K / wpr, ...): 8 floats a lane
-                const int r = warp / wpr, k0 = (warp % wpr) * (K / wpr);
-                float acc[S] = {};
-                for (int k = k0 + lane; k < k0 + K / wpr; k += 32) {
-                    const float wv = wc[r * K + k];
+                const float *wc = ring + (size_t)(used % SLOTS) * CHUNK;  // the group's rows, contiguous
+                for (int rr = 0; rr < rpw; rr++) {
+                    float acc[S] = {};
+                    for (int k = q * n + lane; k < (q + 1) * n; k += 32) {
+                        const float wv = wc[(size_t)(r0 + rr) * K + k];
 #pragma unroll
-                    for (int s = 0; s < S; s++) acc[s] += wv * x[s * FF + k];
-                }
+                        for (int s = 0; s < S; s++) acc[s] += wv * x[s * FF + k];
+                    }
 #pragma unroll
-                for (int s = 0; s < S; s++) {
-                    const float v = warp_sum(acc[s]);
-                    if (lane == 0) part[warp * S + s] = v;
+                    for (int s = 0; s < S; s++) {
+                        const float v = warp_sum(acc[s]);
+                        if (lane == 0) part[((r0 + rr) * wpr + q) * S + s] = v;
+                    }
                 }
-                __syncthreads();  // the slot is free, the parts stored
-                used++;
-                issue();
-                if (threadIdx.x < per * S) {
-                    const int rr = threadIdx.x / S, s = threadIdx.x % S;
+                __syncthreads();  // the slots are free, the parts stored
+                used += G;
+                for (int k = 0; k < G; k++) issue();
+                if (threadIdx.x < grows * S) {
+                    const int i = threadIdx.x / S, s = threadIdx.x % S;
                     float v = 0.0f;
-                    for (int p = 0; p < wpr; p++) v += part[(rr * wpr + p) * S + s];
-                    mine[s * rows + c * per + rr] = v * (m == 0 || m == 2 ? stat[s] : 1.0f);
+                    for (int p = 0; p < wpr; p++) v += part[(i * wpr + p) * S + s];
+                    mine[s * rows + c * per + i] = v * (m == 0 || m == 2 ? stat[s] : 1.0f);
                 }
             }
             cl.sync();  // every block's outputs
@@ -147,27 +154,33 @@ int main(void) {
         return 1;
     }
     cudaMemset(w, 0, n * sizeof(float));
-    const size_t smem = sizeof(float) * ((size_t)SLOTS * CHUNK + S * FF + WARPS * S + 2 * S * (FF / MINC));
-    cudaFuncSetAttribute(layer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(layer_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    const size_t smem = sizeof(float) * ((size_t)SLOTS * CHUNK + S * FF + MAXG * WARPS * S + 2 * S * (FF / MINC));
+    void (*kernels[3])(const float *, float *) = {layer_kernel<1>, layer_kernel<2>, layer_kernel<4>};
+    for (auto k : kernels) {
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
     float *flush;  // a buffer written between launches, so that L2 holds none of the weights
     cudaMalloc(&flush, (size_t)256 << 20);
-    for (int C : {8, 16}) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(C);
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = smem;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        const float best = probe_best_ms(
-            "cluster_layer", 6, [&](int rep) { cudaMemset(flush, rep, (size_t)256 << 20); },
-            [&] { cudaLaunchKernelEx(&cfg, layer_kernel, (const float *)w, out); });
-        if (best < 0) continue;
-        printf("cluster_layer one cluster of %2d blocks: %.2f us a layer, weights at %.0f GB/s (%.1f an SM)\n", C,
-               best * 1e3f / LAYERS, n * 4.0 / (best * 1e-3) / 1e9, n * 4.0 / (best * 1e-3) / 1e9 / C);
+    for (int gi = 0; gi < 3; gi++) {
+        for (int C : {8, 16}) {
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(C);
+            cfg.blockDim = dim3(THREADS);
+            cfg.dynamicSmemBytes = smem;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            const float best = probe_best_ms(
+                "cluster_layer", 6, [&](int rep) { cudaMemset(flush, rep, (size_t)256 << 20); },
+                [&] { cudaLaunchKernelEx(&cfg, kernels[gi], (const float *)w, out); });
+            if (best < 0) continue;
+            const double gbs = n * 4.0 / (best * 1e-3) / 1e9;
+            printf("cluster_layer one cluster of %2d blocks, %d chunks a wait: %.2f us a layer, weights at %.0f GB/s "
+                   "(%.1f an SM)\n", C, 1 << gi, best * 1e3f / LAYERS, gbs, gbs / C);
+        }
     }
     return 0;
 }
