@@ -103,7 +103,8 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
             float *mine = slice + (size_t)parity * S * (FF / MINC);
             // G chunks at a time: warp w takes rows r0 .. r0 + rpw - 1 of the group, inputs
             // [q n, q n + n) of them; a row's wpr parts added in order
-            const int grows = G * per, wpr = grows >= WARPS ? 1 : WARPS / grows, rpw = grows >= WARPS ? grows / WARPS : 1;
+            const int grows = G * per;  // the group's rows
+            const int wpr = grows >= WARPS ? 1 : WARPS / grows, rpw = grows >= WARPS ? grows / WARPS : 1;
             const int n = K / wpr, r0 = warp / wpr * rpw, q = warp % wpr;
             for (int c = 0; c < rows / per; c += G) {
                 asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - G) : "memory");
