@@ -9,12 +9,12 @@ for p in ${PROBE_BINS-cluster_layer ring_walk cluster_floor}; do timeout 60 .gpu
 . "$(dirname "$0")/device-setup.sh"
 quick() { timeout 60 .gpu-carry/$1/mimi-bench-gpu --model $M --modes $2 --quick --max-streams 1 2>&1; }
 one() { quick $1 $2 | grep -E "one stream, ms|rror|==" | paste -sd" "; }
-for V in ${TESTS-tc rc}; do
+for V in ${TESTS-tb tc rc}; do
   s=$(one $V strict); echo "$V smoke: $s"
   echo "$s" | grep -q "one stream, ms" || { echo "$V: no timing, tests skipped"; continue; }
   timeout ${TEST_LIMIT:-150} .gpu-carry/$V/test_gpu > $OUT/test_gpu-$V.txt 2>&1; echo "$V test_gpu rc $? $(tail -1 $OUT/test_gpu-$V.txt)"
   grep -E "cluster form|FAIL" $OUT/test_gpu-$V.txt | head -12; date -u +%T
 done
-for r in ${ROUNDS-1 2}; do for v in ${VARIANTS-o rc tc}; do echo "== $v $r $(one $v strict)"; done; done
-for v in ${PROFILES-o rc tc}; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --profile 1 --ops > $OUT/prof-$v.txt 2>&1; echo "prof $v:"; grep -E "steady state|transformer|rvq_chain" $OUT/prof-$v.txt | grep -v "^ *[0-9]* " | head -10; done
+for r in ${ROUNDS-1 2}; do for v in ${VARIANTS-o rc tc tb}; do echo "== $v $r $(one $v strict)"; done; done
+for v in ${PROFILES-o tb}; do timeout 60 .gpu-carry/$v/mimi-bench-gpu --model $M --modes strict --profile 1 --ops > $OUT/prof-$v.txt 2>&1; echo "prof $v:"; grep -E "steady state|transformer|rvq_chain" $OUT/prof-$v.txt | grep -v "^ *[0-9]* " | head -10; done
 date -u +%FT%TZ
