@@ -15,6 +15,7 @@
 #include <cooperative_groups.h>
 #include <stdio.h>
 
+#include "common.cuh"  // cp_async16
 #include "probe_time.cuh"
 
 namespace cg = cooperative_groups;
@@ -50,11 +51,8 @@ static __global__ void __launch_bounds__(THREADS, 1) stream_async_kernel(const f
     float s = 0.0f;
     auto issue = [&](int g) {
         float4 *dst = ring + (size_t)(g % STAGES) * 4 * THREADS;
-        for (int u = 0; u < 4; u++) {
-            const unsigned d = (unsigned)__cvta_generic_to_shared(dst + u * THREADS + threadIdx.x);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(p + (size_t)g * 4 * THREADS + u * THREADS + threadIdx.x)
-                         : "memory");
-        }
+        for (int u = 0; u < 4; u++)
+            cp_async16(dst + u * THREADS + threadIdx.x, p + (size_t)g * 4 * THREADS + u * THREADS + threadIdx.x);
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
     for (int g = 0; g < STAGES - 1 && g < groups; g++) issue(g);

@@ -8,7 +8,7 @@
  * linear1. No attention, rotation or residual arithmetic: it times what the products, the weight
  * stream and the cluster's exchanges cost, against the persistent kernel's 21-23 us a layer.
  * A probe, not part of the library or its tests; the build's `cluster-layer-probe`, or by hand:
- *   nvcc -O3 -arch=sm_90 -o cluster_layer bench/probes/cluster_layer.cu
+ *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc/cuda -Isrc -o cluster_layer bench/probes/cluster_layer.cu
  * Each line: the cluster size, the chunks of 16 KB a product takes at a time (one wait and two block
  * barriers for them), us a layer (8 layers a launch, 100 MB of weights from DRAM) and the rate the
  * weights streamed at.
@@ -16,6 +16,7 @@
 #include <cooperative_groups.h>
 #include <stdio.h>
 
+#include "common.cuh"  // cp_async16, warp_sum_f
 #include "probe_time.cuh"
 
 namespace cg = cooperative_groups;
@@ -33,16 +34,6 @@ namespace cg = cooperative_groups;
 
 // Product m of a layer: J outputs of K inputs; weights (J, K) row-major after the layer's earlier ones.
 __constant__ int prod_J[4] = {3 * D, D, FF, D}, prod_K[4] = {D, D, D, FF};
-
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // The block's chunks, in the order they are used: for each layer and product, its J / C rows,
 // CHUNK / K rows a chunk. chunk_src gives chunk n's first weight (or NULL past the last).
@@ -69,7 +60,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
     float *ring = (float *)smem4;                    // SLOTS * CHUNK
     float *x = ring + SLOTS * CHUNK;                 // (S, FF): the current product's input, whole
     float *part = x + S * FF;                        // (MAXG * WARPS, S): the warps' sums of a group
-    float *slice = part + MAXG * WARPS * S;                // (2, S, FF / MINC): this block's outputs, by parity
+    float *slice = part + MAXG * WARPS * S;          // (2, S, FF / MINC): this block's outputs, by parity
     __shared__ float stat[S];
     cg::cluster_group cl = cg::this_cluster();
     const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank(), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -95,7 +86,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
                 if (warp < S) {
                     float a = 0.0f, q = 0.0f;
                     for (int i = lane; i < D; i += 32) a += x[warp * FF + i], q += x[warp * FF + i] * x[warp * FF + i];
-                    a = warp_sum(a), q = warp_sum(q);
+                    a = warp_sum_f(a), q = warp_sum_f(q);
                     if (lane == 0) stat[warp] = rsqrtf(q / D - (a / D) * (a / D) + 1e-5f);
                 }
                 __syncthreads();
@@ -119,7 +110,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
                     }
 #pragma unroll
                     for (int s = 0; s < S; s++) {
-                        const float v = warp_sum(acc[s]);
+                        const float v = warp_sum_f(acc[s]);
                         if (lane == 0) part[((r0 + rr) * wpr + q) * S + s] = v;
                     }
                 }
