@@ -8,7 +8,8 @@
  * CUDA backend), or by hand:
  *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc/cuda -Isrc -o cluster_floor bench/probes/cluster_floor.cu
  * Lines: `stream` (blocks of 512 threads, each reading its own 2 MB from a 1 GB buffer that L2
- * does not hold; GB/s per SM and in all), `sync` (a cluster barrier, us each, one cluster and as
+ * does not hold; GB/s per SM and in all; then the cp.async form launched as clusters of 2-16, whose
+ * blocks share a GPC), `sync` (a cluster barrier, us each, one cluster and as
  * many as fit), `gather` (each block of a cluster stores its 512 / C values of a row into its
  * shared memory, a cluster barrier, every block reads the whole row from the C blocks: us each).
  */
@@ -124,6 +125,32 @@ int main(void) {
             static const char *name[3] = {"8 x 16 B loads a thread", "16 x 16 B loads a thread", "cp.async, 4 x 32 KB"};
             printf("stream %-26s blocks %3d: %.1f us, %.1f GB/s an SM, %.0f GB/s in all\n", name[form], g, best * 1e3,
                    gbs / g, gbs);
+        }
+    // The same cp.async stream from blocks launched as clusters: a cluster's blocks share one GPC,
+    // where a plain grid's are spread over all of them
+    cudaFuncSetAttribute(stream_async_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    for (int C : {2, 4, 8, 16})
+        for (int g : {16, 8 * 16}) {
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(g);
+            cfg.blockDim = dim3(THREADS);
+            cfg.dynamicSmemBytes = STAGES * 4 * THREADS * 16;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            const float best = probe_best_ms(
+                "cluster_floor", 5,
+                [&](int) { base = (base + (size_t)g * PER_BLOCK) % (BUFFER - (size_t)sms * PER_BLOCK); },
+                [&] { cudaLaunchKernelEx(&cfg, stream_async_kernel, (const float4 *)buf, base, out); });
+            if (best < 0) {
+                printf("stream cp.async in clusters of %2d, blocks %3d: does not run\n", C, g);
+                continue;
+            }
+            const double gbs = (double)g * PER_BLOCK / (best * 1e-3) / 1e9;
+            printf("stream cp.async in clusters of %2d, blocks %3d: %.1f us, %.1f GB/s an SM, %.0f GB/s in all\n", C, g,
+                   best * 1e3, gbs / g, gbs);
         }
     cudaFuncSetAttribute(sync_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     cudaFuncSetAttribute(gather_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);

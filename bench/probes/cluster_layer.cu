@@ -9,7 +9,9 @@
  * stream and the cluster's exchanges cost, against the persistent kernel's 21-23 us a layer.
  * A probe, not part of the library or its tests; the build's `cluster-layer-probe`, or by hand:
  *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc/cuda -Isrc -o cluster_layer bench/probes/cluster_layer.cu
- * Each line: the cluster size, the chunks of 16 KB a product takes at a time (one wait and two block
+ * Each line: the clusters and their size (with several, each cluster holds its share of every
+ * product's rows and exchanges only within itself: a lower bound on a design of that many
+ * clusters that meet through global memory), the chunks of 16 KB a product takes at a time (one wait and two block
  * barriers for them), us a layer (8 layers a launch, 100 MB of weights from DRAM) and the rate the
  * weights streamed at.
  */
@@ -35,22 +37,21 @@ namespace cg = cooperative_groups;
 // Product m of a layer: J outputs of K inputs; weights (J, K) row-major after the layer's earlier ones.
 __constant__ int prod_J[4] = {3 * D, D, FF, D}, prod_K[4] = {D, D, D, FF};
 
-// The block's chunks, in the order they are used: for each layer and product, its J / C rows,
-// CHUNK / K rows a chunk. chunk_src gives chunk n's first weight (or NULL past the last).
+// The block's chunks, in the order they are used: for each layer and product, its J / B rows
+// (B: the blocks of all clusters), CHUNK / K rows a chunk. next() gives the next chunk's first
+// weight (or NULL past the last).
 struct stream {
     const float *w;
-    int C, rank;
-    __device__ const float *chunk_src(int n) const {
-        for (int l = 0; l < LAYERS; l++) {
-            size_t at = (size_t)l * (3 * D * D + D * D + FF * D + D * FF);
-            for (int m = 0; m < 4; m++) {
-                const int J = prod_J[m], K = prod_K[m], rows = J / C, per = CHUNK / K, chunks = rows / per;
-                if (n < chunks) return w + at + ((size_t)rank * rows + (size_t)n * per) * K;
-                n -= chunks;
-                at += (size_t)J * K;
-            }
-        }
-        return nullptr;
+    int B, rank;  // rank among all B blocks
+    int l, m, c;  // the next chunk: layer, product, chunk
+    __device__ const float *next() {
+        if (l >= LAYERS) return nullptr;
+        size_t at = (size_t)l * (3 * D * D + D * D + FF * D + D * FF);
+        for (int i = 0; i < m; i++) at += (size_t)prod_J[i] * prod_K[i];
+        const int J = prod_J[m], K = prod_K[m], rows = J / B, per = CHUNK / K;
+        const float *src = w + at + ((size_t)rank * rows + (size_t)c * per) * K;
+        if (++c == rows / per) c = 0, l += ++m == 4, m %= 4;
+        return src;
     }
 };
 
@@ -64,10 +65,12 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
     __shared__ float stat[S];
     cg::cluster_group cl = cg::this_cluster();
     const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank(), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const stream st = {w, C, rank};
+    const int NC = gridDim.x / C;  // clusters: each holds 1 / NC of every product's rows (and exchanges
+                                   // only within itself: a lower bound on a design of NC clusters)
+    stream st = {w, C * NC, (int)(blockIdx.x / C) * C + rank, 0, 0, 0};
     int issued = 0, used = 0;  // chunks requested and consumed
     const auto issue = [&]() {
-        const float *src = st.chunk_src(issued);
+        const float *src = st.next();
         if (src) {
             float *dst = ring + (size_t)(issued % SLOTS) * CHUNK;
             for (int e = threadIdx.x; e < CHUNK / 4; e += THREADS) cp_async16(dst + 4 * e, src + 4 * e);
@@ -81,7 +84,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
     int parity = 0;
     for (int l = 0; l < LAYERS; l++)
         for (int m = 0; m < 4; m++) {
-            const int J = prod_J[m], K = prod_K[m], rows = J / C, per = CHUNK / K;
+            const int J = prod_J[m] / NC, K = prod_K[m], rows = J / C, per = CHUNK / K;  // J: the cluster's outputs
             if (m == 0 || m == 2) {  // a LayerNorm's statistics: a warp a row, its sum and its squares
                 if (warp < S) {
                     float a = 0.0f, q = 0.0f;
@@ -154,13 +157,21 @@ int main(void) {
     }
     float *flush;  // a buffer written between launches, so that L2 holds none of the weights
     cudaMalloc(&flush, (size_t)256 << 20);
-    for (int gi = 0; gi < 3; gi++) {
-        for (int C : {8, 16}) {
+    const int shapes[][2] = {{8, 1}, {16, 1}, {8, 2}, {16, 2}, {8, 8}, {16, 4}};  // cluster size, clusters
+    for (int gi = 0; gi < 3; gi++)
+        for (const auto &sh : shapes) {
+            const int C = sh[0], NC = sh[1], B = C * NC, G = 1 << gi;
+            bool fits = true;  // every product's rows in whole groups of chunks
+            for (int m = 0; m < 4; m++) {
+                const int rows = (m == 0 ? 3 * D : m == 2 ? FF : D) / B, per = CHUNK / (m == 3 ? FF : D);
+                fits = fits && rows % per == 0 && rows / per % G == 0;
+            }
+            if (!fits) continue;
             cudaLaunchAttribute attr[1];
             attr[0].id = cudaLaunchAttributeClusterDimension;
             attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
             cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(C);
+            cfg.gridDim = dim3(B);
             cfg.blockDim = dim3(THREADS);
             cfg.dynamicSmemBytes = smem;
             cfg.attrs = attr;
@@ -170,9 +181,8 @@ int main(void) {
                 [&] { cudaLaunchKernelEx(&cfg, kernels[gi], (const float *)w, out); });
             if (best < 0) continue;
             const double gbs = n * 4.0 / (best * 1e-3) / 1e9;
-            printf("cluster_layer one cluster of %2d blocks, %d chunks a wait: %.2f us a layer, weights at %.0f GB/s "
-                   "(%.1f an SM)\n", C, 1 << gi, best * 1e3f / LAYERS, gbs, gbs / C);
+            printf("cluster_layer %d cluster(s) of %2d blocks, %d chunks a wait: %.2f us a layer, weights at %.0f GB/s "
+                   "(%.1f an SM)\n", NC, C, G, best * 1e3f / LAYERS, gbs, gbs / B);
         }
-    }
     return 0;
 }
