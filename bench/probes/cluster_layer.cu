@@ -13,7 +13,8 @@
  * product's rows and exchanges only within itself: a lower bound on a design of that many
  * clusters that meet through global memory), the chunks of 16 KB a product takes at a time (one wait and two block
  * barriers for them), us a layer (8 layers a launch, 100 MB of weights from DRAM) and the rate the
- * weights streamed at.
+ * weights streamed at; then the same with parts left out: the products' arithmetic (mode 1), the
+ * weights' copies (mode 2), or both (3: the waits, barriers and exchanges alone).
  */
 #include <cooperative_groups.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ struct stream {
 };
 
 template <int G>  // chunks taken at a time
-static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w, float *out) {
+static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w, float *out, int mode) {
     extern __shared__ float4 smem4[];
     float *ring = (float *)smem4;                    // SLOTS * CHUNK
     float *x = ring + SLOTS * CHUNK;                 // (S, FF): the current product's input, whole
@@ -71,7 +72,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
     int issued = 0, used = 0;  // chunks requested and consumed
     const auto issue = [&]() {
         const float *src = st.next();
-        if (src) {
+        if (src && !(mode & 2)) {
             float *dst = ring + (size_t)(issued % SLOTS) * CHUNK;
             for (int e = threadIdx.x; e < CHUNK / 4; e += THREADS) cp_async16(dst + 4 * e, src + 4 * e);
         }
@@ -104,7 +105,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
                 asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - G) : "memory");
                 __syncthreads();
                 const float *wc = ring + (size_t)(used % SLOTS) * CHUNK;  // the group's rows, contiguous
-                for (int rr = 0; rr < rpw; rr++) {
+                for (int rr = 0; rr < (mode & 1 ? 0 : rpw); rr++) {
                     float acc[S] = {};
                     for (int k = q * n + lane; k < (q + 1) * n; k += 32) {
                         const float wv = wc[(size_t)(r0 + rr) * K + k];
@@ -150,7 +151,7 @@ int main(void) {
     }
     cudaMemset(w, 0, n * sizeof(float));
     const size_t smem = sizeof(float) * ((size_t)SLOTS * CHUNK + S * FF + MAXG * WARPS * S + 2 * S * (FF / MINC));
-    void (*kernels[3])(const float *, float *) = {layer_kernel<1>, layer_kernel<2>, layer_kernel<4>};
+    void (*kernels[3])(const float *, float *, int) = {layer_kernel<1>, layer_kernel<2>, layer_kernel<4>};
     for (auto k : kernels) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -158,9 +159,12 @@ int main(void) {
     float *flush;  // a buffer written between launches, so that L2 holds none of the weights
     cudaMalloc(&flush, (size_t)256 << 20);
     const int shapes[][2] = {{8, 1}, {16, 1}, {8, 2}, {16, 2}, {8, 8}, {16, 4}};  // cluster size, clusters
+    static const char *what[4] = {"", " (no products)", " (no weight copies)", " (exchanges only)"};
+    for (int mode = 0; mode < 4; mode++)
     for (int gi = 0; gi < 3; gi++)
         for (const auto &sh : shapes) {
             const int C = sh[0], NC = sh[1], B = C * NC, G = 1 << gi;
+            if (mode && (gi == 1 || (B != 16 && B != 64))) continue;  // the parts: a few shapes
             bool fits = true;  // every product's rows in whole groups of chunks
             for (int m = 0; m < 4; m++) {
                 const int rows = (m == 0 ? 3 * D : m == 2 ? FF : D) / B, per = CHUNK / (m == 3 ? FF : D);
@@ -178,11 +182,11 @@ int main(void) {
             cfg.numAttrs = 1;
             const float best = probe_best_ms(
                 "cluster_layer", 6, [&](int rep) { cudaMemset(flush, rep, (size_t)256 << 20); },
-                [&] { cudaLaunchKernelEx(&cfg, kernels[gi], (const float *)w, out); });
+                [&] { cudaLaunchKernelEx(&cfg, kernels[gi], (const float *)w, out, mode); });
             if (best < 0) continue;
             const double gbs = n * 4.0 / (best * 1e-3) / 1e9;
             printf("cluster_layer %d cluster(s) of %2d blocks, %d chunks a wait: %.2f us a layer, weights at %.0f GB/s "
-                   "(%.1f an SM)\n", NC, C, G, best * 1e3f / LAYERS, gbs, gbs / B);
+                   "(%.1f an SM)%s\n", NC, C, G, best * 1e3f / LAYERS, gbs, gbs / B, what[mode]);
         }
     return 0;
 }
