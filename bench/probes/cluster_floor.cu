@@ -131,15 +131,8 @@ int main(void) {
     cudaFuncSetAttribute(stream_async_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     for (int C : {2, 4, 8, 16})
         for (int g : {16, 8 * 16}) {
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(g);
-            cfg.blockDim = dim3(THREADS);
-            cfg.dynamicSmemBytes = STAGES * 4 * THREADS * 16;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
+            cudaLaunchAttribute attr;
+            cudaLaunchConfig_t cfg = probe_cluster_config(&attr, C, g, THREADS, STAGES * 4 * THREADS * 16);
             const float best = probe_best_ms(
                 "cluster_floor", 5,
                 [&](int) { base = (base + (size_t)g * PER_BLOCK) % (BUFFER - (size_t)sms * PER_BLOCK); },
@@ -155,15 +148,9 @@ int main(void) {
     cudaFuncSetAttribute(sync_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     cudaFuncSetAttribute(gather_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     for (int C : {2, 4, 8, 16}) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.blockDim = dim3(THREADS);
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cudaLaunchAttribute attr;
+        cudaLaunchConfig_t cfg = probe_cluster_config(&attr, C, C, THREADS, 0);
         int fit = 0;
-        cfg.gridDim = dim3(C);
         if (cudaOccupancyMaxActiveClusters(&fit, (void *)sync_kernel, &cfg) != cudaSuccess) {
             cudaGetLastError();
             printf("sync   clusters of %2d: none fit\n", C);

@@ -171,15 +171,8 @@ int main(void) {
                 fits = fits && rows % per == 0 && rows / per % G == 0;
             }
             if (!fits) continue;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(B);
-            cfg.blockDim = dim3(THREADS);
-            cfg.dynamicSmemBytes = smem;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
+            cudaLaunchAttribute attr;
+            cudaLaunchConfig_t cfg = probe_cluster_config(&attr, C, B, THREADS, smem);
             const float best = probe_best_ms(
                 "cluster_layer", 6, [&](int rep) { cudaMemset(flush, rep, (size_t)256 << 20); },
                 [&] { cudaLaunchKernelEx(&cfg, kernels[gi], (const float *)w, out, mode); });

@@ -1,5 +1,6 @@
 /*
- * probe_time.cuh - the probes' timer: the best of `reps` timed launches, the first a warm-up.
+ * probe_time.cuh - the probes' timer (the best of `reps` timed launches, the first a warm-up) and
+ * their launch configuration for thread-block clusters.
  */
 #ifndef MIMI_PROBE_TIME_CUH
 #define MIMI_PROBE_TIME_CUH
@@ -31,6 +32,20 @@ static float probe_best_ms(const char *who, int reps, Prepare prepare, Launch la
     if (e == cudaSuccess) return best;
     fprintf(stderr, "%s: %s\n", who, cudaGetErrorString(e));
     return -1.0f;
+}
+
+// A launch of `blocks` blocks of `threads` in clusters of C (x only), `smem` bytes of dynamic
+// shared memory; attr is the configuration's one attribute, kept by the caller.
+static inline cudaLaunchConfig_t probe_cluster_config(cudaLaunchAttribute *attr, int C, int blocks, int threads, size_t smem) {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = C, attr->val.clusterDim.y = 1, attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
 }
 
 #endif
