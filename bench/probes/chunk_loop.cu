@@ -30,6 +30,11 @@
 #define K 512
 #define S 2
 
+// slot (CHUNK floats, shared memory) <- from (global), 16 bytes a thread and copy; the caller commits
+static __device__ __forceinline__ void copy_chunk(float *slot, const float *from) {
+    for (int e = threadIdx.x; e < CHUNK / 4; e += THREADS) cp_async16(slot + 4 * e, from + 4 * e);
+}
+
 static __global__ void __launch_bounds__(THREADS, 1) loop_kernel(const float *w, int steps, int form, float *out) {
     extern __shared__ float4 smem4[];
     float *ring = (float *)smem4;            // (SLOTS, CHUNK)
@@ -40,9 +45,7 @@ static __global__ void __launch_bounds__(THREADS, 1) loop_kernel(const float *w,
     for (int i = threadIdx.x; i < S * K; i += THREADS) in[i] = 0.001f * (i % 13);
     float keep = 0.0f;
     for (int k = 0; k < SLOTS; k++) {
-        if (form >= 3)
-            for (int e = threadIdx.x; e < CHUNK / 4; e += THREADS)
-                cp_async16(ring + (size_t)k * CHUNK + 4 * e, src + (size_t)(k % 4) * CHUNK + 4 * e);
+        if (form >= 3) copy_chunk(ring + (size_t)k * CHUNK, src + (size_t)(k % 4) * CHUNK);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     __syncthreads();
@@ -80,42 +83,38 @@ static __global__ void __launch_bounds__(THREADS, 1) loop_kernel(const float *w,
             if (lane % 8 == 0) part[warp * 4 + lane / 8] = v;
             __syncthreads();
             for (int g = 0; g < G5; g++) {
-                for (int e = threadIdx.x; e < CHUNK / 4; e += THREADS)
-                    cp_async16(ring + (size_t)((first + g) % SLOTS) * CHUNK + 4 * e,
-                               src + (size_t)((step * G5 + g) % 4) * CHUNK + 4 * e);
+                copy_chunk(ring + (size_t)((first + g) % SLOTS) * CHUNK, src + (size_t)((step * G5 + g) % 4) * CHUNK);
                 asm volatile("cp.async.commit_group;" ::: "memory");
             }
             if (threadIdx.x < WARPS * 4) keep += part[threadIdx.x];
         }
-        steps = 0;
-    }
-    for (int step = 0; step < steps; step++) {
-        if (form >= 2) asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 1) : "memory");
-        __syncthreads();
-        const float *c = ring + (size_t)(step % SLOTS) * CHUNK;
-        if (form >= 4) {  // rows r = warp / 2 of 8, half warp % 2 of it
-            const float *wr = c + (size_t)(warp / 2) * K + (warp % 2) * (K / 2);
-            const float *x = in + (warp % 2) * (K / 2);
-            float acc[S] = {};
-            for (int k = lane; k < K / 2; k += 32) {
-                const float wv = wr[k];
+    } else {  // forms 0-4: a chunk a step
+        for (int step = 0; step < steps; step++) {
+            if (form >= 2) asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 1) : "memory");
+            __syncthreads();
+            const float *c = ring + (size_t)(step % SLOTS) * CHUNK;
+            if (form >= 4) {  // rows r = warp / 2 of 8, half warp % 2 of it
+                const float *wr = c + (size_t)(warp / 2) * K + (warp % 2) * (K / 2);
+                const float *x = in + (warp % 2) * (K / 2);
+                float acc[S] = {};
+                for (int k = lane; k < K / 2; k += 32) {
+                    const float wv = wr[k];
 #pragma unroll
-                for (int s = 0; s < S; s++) acc[s] += wv * x[s * K + k];
-            }
+                    for (int s = 0; s < S; s++) acc[s] += wv * x[s * K + k];
+                }
 #pragma unroll
-            for (int s = 0; s < S; s++) {
-                const float v = warp_sum_f(acc[s]);
-                if (lane == 0) part[warp * S + s] = v;
+                for (int s = 0; s < S; s++) {
+                    const float v = warp_sum_f(acc[s]);
+                    if (lane == 0) part[warp * S + s] = v;
+                }
             }
-        }
-        if (form >= 1) __syncthreads();
-        if (form >= 3)
-            for (int e = threadIdx.x; e < CHUNK / 4; e += THREADS)
-                cp_async16(ring + (size_t)(step % SLOTS) * CHUNK + 4 * e, src + (size_t)(step % 4) * CHUNK + 4 * e);
-        if (form >= 2) asm volatile("cp.async.commit_group;" ::: "memory");
-        if (form >= 4 && threadIdx.x < 8 * S) {
-            const int r = threadIdx.x / S, s = threadIdx.x % S;
-            keep += part[(2 * r) * S + s] + part[(2 * r + 1) * S + s];
+            if (form >= 1) __syncthreads();
+            if (form >= 3) copy_chunk(ring + (size_t)(step % SLOTS) * CHUNK, src + (size_t)(step % 4) * CHUNK);
+            if (form >= 2) asm volatile("cp.async.commit_group;" ::: "memory");
+            if (form >= 4 && threadIdx.x < 8 * S) {
+                const int r = threadIdx.x / S, s = threadIdx.x % S;
+                keep += part[(2 * r) * S + s] + part[(2 * r + 1) * S + s];
+            }
         }
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");

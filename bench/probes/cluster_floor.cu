@@ -108,13 +108,14 @@ int main(void) {
     cudaFuncSetAttribute(stream_async_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, STAGES * 4 * THREADS * 16);
     const int grids[] = {8, 16, 32, 64, sms};
     size_t base = 0;
+    // base past the last launch's g blocks' bytes: a region L2 does not hold
+    const auto fresh = [&](int g) {
+        base = (base + (size_t)g * PER_BLOCK) % (BUFFER - (size_t)sms * PER_BLOCK);
+    };
     for (int form = 0; form < 3; form++)
         for (int g : grids) {
-            const auto fresh = [&](int) {  // a region L2 does not hold
-                base = (base + (size_t)g * PER_BLOCK) % (BUFFER - (size_t)sms * PER_BLOCK);
-            };
             const float best = probe_best_ms(
-                "cluster_floor", 5, fresh,
+                "cluster_floor", 5, [&](int) { fresh(g); },
                 [&] {
                     if (form == 0) stream_kernel<8><<<g, THREADS>>>(buf, base, out);
                     else if (form == 1) stream_kernel<16><<<g, THREADS>>>(buf, base, out);
@@ -134,8 +135,7 @@ int main(void) {
             cudaLaunchAttribute attr;
             cudaLaunchConfig_t cfg = probe_cluster_config(&attr, C, g, THREADS, STAGES * 4 * THREADS * 16);
             const float best = probe_best_ms(
-                "cluster_floor", 5,
-                [&](int) { base = (base + (size_t)g * PER_BLOCK) % (BUFFER - (size_t)sms * PER_BLOCK); },
+                "cluster_floor", 5, [&](int) { fresh(g); },
                 [&] { cudaLaunchKernelEx(&cfg, stream_async_kernel, (const float4 *)buf, base, out); });
             if (best < 0) {
                 printf("stream cp.async in clusters of %2d, blocks %3d: does not run\n", C, g);

@@ -11,9 +11,9 @@
  *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc/cuda -Isrc -o cluster_layer bench/probes/cluster_layer.cu
  * Each line: the clusters and their size (with several, each cluster holds its share of every
  * product's rows and exchanges only within itself: a lower bound on a design of that many
- * clusters that meet through global memory), the chunks of 16 KB a product takes at a time (one wait and two block
- * barriers for them), us a layer (8 layers a launch, 100 MB of weights from DRAM) and the rate the
- * weights streamed at; then the same with parts left out: the products' arithmetic (mode 1), the
+ * clusters that meet through global memory), the chunks of 16 KB a product takes at a time (one
+ * wait and two block barriers for them), us a layer (8 layers a launch, 100 MB of weights from
+ * DRAM) and the rate the weights streamed at; then the same with parts left out: the products' arithmetic (mode 1), the
  * weights' copies (mode 2), or both (3: the waits, barriers and exchanges alone).
  */
 #include <cooperative_groups.h>
@@ -30,13 +30,16 @@ namespace cg = cooperative_groups;
 #define D 512
 #define FF 2048
 #define LAYERS 8
+#define LAYER_FLOATS (3 * D * D + D * D + FF * D + D * FF)  // a layer's weights
 #define CHUNK 4096   // floats a ring slot (16 KB)
 #define SLOTS 12     // 192 KB of ring
 #define MAXG 4  // the most chunks a product takes at a time
 #define MINC 8  // the smallest cluster: its blocks hold the most outputs of a product
 
-// Product m of a layer: J outputs of K inputs; weights (J, K) row-major after the layer's earlier ones.
-__constant__ int prod_J[4] = {3 * D, D, FF, D}, prod_K[4] = {D, D, D, FF};
+// Product m of a layer (in_proj, out_proj, linear1, linear2): J outputs of K inputs; weights (J, K)
+// row-major after the layer's earlier ones.
+static __host__ __device__ constexpr int prod_J(int m) { return m == 0 ? 3 * D : m == 2 ? FF : D; }
+static __host__ __device__ constexpr int prod_K(int m) { return m == 3 ? FF : D; }
 
 // The block's chunks, in the order they are used: for each layer and product, its J / B rows
 // (B: the blocks of all clusters), CHUNK / K rows a chunk. next() gives the next chunk's first
@@ -47,9 +50,9 @@ struct stream {
     int l, m, c;  // the next chunk: layer, product, chunk
     __device__ const float *next() {
         if (l >= LAYERS) return nullptr;
-        size_t at = (size_t)l * (3 * D * D + D * D + FF * D + D * FF);
-        for (int i = 0; i < m; i++) at += (size_t)prod_J[i] * prod_K[i];
-        const int J = prod_J[m], K = prod_K[m], rows = J / B, per = CHUNK / K;
+        size_t at = (size_t)l * LAYER_FLOATS;
+        for (int i = 0; i < m; i++) at += (size_t)prod_J(i) * prod_K(i);
+        const int J = prod_J(m), K = prod_K(m), rows = J / B, per = CHUNK / K;
         const float *src = w + at + ((size_t)rank * rows + (size_t)c * per) * K;
         if (++c == rows / per) c = 0, l += ++m == 4, m %= 4;
         return src;
@@ -85,7 +88,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
     int parity = 0;
     for (int l = 0; l < LAYERS; l++)
         for (int m = 0; m < 4; m++) {
-            const int J = prod_J[m] / NC, K = prod_K[m], rows = J / C, per = CHUNK / K;  // J: the cluster's outputs
+            const int J = prod_J(m) / NC, K = prod_K(m), rows = J / C, per = CHUNK / K;  // J: the cluster's outputs
             if (m == 0 || m == 2) {  // a LayerNorm's statistics: a warp a row, its sum and its squares
                 if (warp < S) {
                     float a = 0.0f, q = 0.0f;
@@ -143,7 +146,7 @@ static __global__ void __launch_bounds__(THREADS, 1) layer_kernel(const float *w
 }
 
 int main(void) {
-    const size_t n = (size_t)LAYERS * (3 * D * D + D * D + FF * D + D * FF);
+    const size_t n = (size_t)LAYERS * LAYER_FLOATS;
     float *w, *out;
     if (cudaMalloc(&w, n * sizeof(float)) != cudaSuccess || cudaMalloc(&out, 64 * sizeof(float)) != cudaSuccess) {
         fprintf(stderr, "cluster_layer: no CUDA device\n");
@@ -161,25 +164,26 @@ int main(void) {
     const int shapes[][2] = {{8, 1}, {16, 1}, {8, 2}, {16, 2}, {8, 8}, {16, 4}};  // cluster size, clusters
     static const char *what[4] = {"", " (no products)", " (no weight copies)", " (exchanges only)"};
     for (int mode = 0; mode < 4; mode++)
-    for (int gi = 0; gi < 3; gi++)
-        for (const auto &sh : shapes) {
-            const int C = sh[0], NC = sh[1], B = C * NC, G = 1 << gi;
-            if (mode && (gi == 1 || (B != 16 && B != 64))) continue;  // the parts: a few shapes
-            bool fits = true;  // every product's rows in whole groups of chunks
-            for (int m = 0; m < 4; m++) {
-                const int rows = (m == 0 ? 3 * D : m == 2 ? FF : D) / B, per = CHUNK / (m == 3 ? FF : D);
-                fits = fits && rows % per == 0 && rows / per % G == 0;
+        for (int gi = 0; gi < 3; gi++)
+            for (const auto &sh : shapes) {
+                const int C = sh[0], NC = sh[1], B = C * NC, G = 1 << gi;
+                if (mode && (gi == 1 || (B != 16 && B != 64))) continue;  // the parts: a few shapes
+                bool fits = true;  // every product's rows in whole groups of chunks
+                for (int m = 0; m < 4; m++) {
+                    const int rows = prod_J(m) / B, per = CHUNK / prod_K(m);
+                    fits = fits && rows % per == 0 && rows / per % G == 0;
+                }
+                if (!fits) continue;
+                cudaLaunchAttribute attr;
+                cudaLaunchConfig_t cfg = probe_cluster_config(&attr, C, B, THREADS, smem);
+                const float best = probe_best_ms(
+                    "cluster_layer", 6, [&](int rep) { cudaMemset(flush, rep, (size_t)256 << 20); },
+                    [&] { cudaLaunchKernelEx(&cfg, kernels[gi], (const float *)w, out, mode); });
+                if (best < 0) continue;
+                const double gbs = n * 4.0 / (best * 1e-3) / 1e9;
+                printf("cluster_layer %d cluster(s) of %2d blocks, %d chunks a wait: %.2f us a layer, "
+                       "weights at %.0f GB/s (%.1f an SM)%s\n",
+                       NC, C, G, best * 1e3f / LAYERS, gbs, gbs / B, what[mode]);
             }
-            if (!fits) continue;
-            cudaLaunchAttribute attr;
-            cudaLaunchConfig_t cfg = probe_cluster_config(&attr, C, B, THREADS, smem);
-            const float best = probe_best_ms(
-                "cluster_layer", 6, [&](int rep) { cudaMemset(flush, rep, (size_t)256 << 20); },
-                [&] { cudaLaunchKernelEx(&cfg, kernels[gi], (const float *)w, out, mode); });
-            if (best < 0) continue;
-            const double gbs = n * 4.0 / (best * 1e-3) / 1e9;
-            printf("cluster_layer %d cluster(s) of %2d blocks, %d chunks a wait: %.2f us a layer, weights at %.0f GB/s "
-                   "(%.1f an SM)%s\n", NC, C, G, best * 1e3f / LAYERS, gbs, gbs / B, what[mode]);
-        }
     return 0;
 }

@@ -36,7 +36,8 @@ static float probe_best_ms(const char *who, int reps, Prepare prepare, Launch la
 
 // A launch of `blocks` blocks of `threads` in clusters of C (x only), `smem` bytes of dynamic
 // shared memory; attr is the configuration's one attribute, kept by the caller.
-static inline cudaLaunchConfig_t probe_cluster_config(cudaLaunchAttribute *attr, int C, int blocks, int threads, size_t smem) {
+static inline cudaLaunchConfig_t probe_cluster_config(cudaLaunchAttribute *attr, int C, int blocks, int threads,
+                                                       size_t smem) {
     attr->id = cudaLaunchAttributeClusterDimension;
     attr->val.clusterDim.x = C, attr->val.clusterDim.y = 1, attr->val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};

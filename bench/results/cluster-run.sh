@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call for the cluster builds (bench/results/rvq-cluster-pending.md): the probes, then
-# each build of TESTS smoke-run (30 s limit) and its test_gpu, ROUNDS interleaved one-stream rounds
+# each build of TESTS smoke-run (60 s limit) and its test_gpu, ROUNDS interleaved one-stream rounds
 # of VARIANTS (strict), and an eager profile of each variant's transformer and quantizer chain.
 # Carry PACK (tr-wln-build.sh's archive) and the probes' binaries in .gpu-carry.
 PACK=${PACK:-.gpu-carry/pack-tc.tar.xz} WRITER=${WRITER:-o} WT=/tmp/wt-x BUILD=/tmp/build-x1
