@@ -25,8 +25,9 @@
  * another block of it writes; the LayerNorms read it alone (when they read x and y, or x and the
  * eight heads' parts, in every block, one stream's transformer took 188 us of eager ops instead
  * of 182-183; bench/results/gpu-h200-2026-12-05.md). The numerics are those of the unfused ops
- * (f32 products, LayerNorm statistics in double as norm.cu computes them, every f32 step of the
- * residual and the norm rounded separately), except that the out-projection is summed by heads.
+ * (f32 products, LayerNorm statistics in double, every f32 step of the residual and the norm
+ * rounded separately), except that the out-projection is summed by heads and the statistics are
+ * taken in one pass (tr_layernorm).
  *
  * On an H200 (132 blocks) a stage takes 2-6 us and a barrier 1-2 us: one stream's transformer
  * went from 388 us of separately launched ops (eager) to about 200 us, 2 and 4 streams' from
@@ -168,9 +169,10 @@ static __device__ __forceinline__ struct tr_chan tr_chan_load(const float *w, co
 
 // hs (S, d) = LayerNorm(x) * ch.w + ch.b, x[s, i] at x[s * xs + i * xi]; block 0 stores x to
 // x_out (S, d) when it is set. Thread i < d gathers channel i of every row into hs; then warp s
-// takes row s's statistics as norm.cu's kernel does (lane l sums values l, l + 32, ... in double,
-// then the warp's butterfly), so that both give the same bits, with one block barrier between the
-// gather and the statistics and one after them.
+// takes row s's statistics in double in one pass (lane l sums values l, l + 32, ... and their
+// squares, then the warp's butterfly; norm.cu's kernel takes two passes, so the two agree within
+// double's rounding, not bit for bit), with one block barrier between the gather and the
+// statistics and one after them.
 template <int MAXS>
 static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct tr_chan &ch, float eps, int S, int d,
                                     float *hs, float *x_out) {
@@ -195,15 +197,23 @@ static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct
         const bool pow2 = (d & (d - 1)) == 0;
         const double rd = 1.0 / d;
         const auto per_channel = [&](double v) { return pow2 ? v * rd : v / d; };
-        double sum = 0.0;
-        for (int i = lane; i < d; i += 32) sum += row[i];
-        const double m = per_channel(warp_sum_d(sum));
-        double q = 0.0;
-        for (int i = lane; i < d; i += 32) q += ((double)row[i] - m) * ((double)row[i] - m);
-        const double var = per_channel(warp_sum_d(q));
+        // one pass: the sum and the sum of squares together (a float's square is exact in double,
+        // and var = E[x^2] - m^2 loses about 1e-16 * m^2 / var of var, far below f32's rounding
+        // unless |m| is 1e4 standard deviations), their butterflies interleaved
+        double sum = 0.0, sq = 0.0;
+        for (int i = lane; i < d; i += 32) {
+            const double v = row[i];
+            sum += v;
+            sq = fma(v, v, sq);
+        }
+        for (int off = 16; off; off >>= 1) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            sq += __shfl_xor_sync(0xffffffffu, sq, off);
+        }
+        const double m = per_channel(sum), var = fmax(per_channel(sq) - m * m, 0.0);
         if (lane == 0) {
             mean[warp] = (float)m;
-            inv[warp] = (float)(1.0 / sqrt(var + (double)eps));
+            inv[warp] = (float)rsqrt(var + (double)eps);  // within an ulp of double: 1 / sqrt's float
         }
     }
     __syncthreads();
