@@ -168,49 +168,47 @@ static __device__ __forceinline__ struct tr_chan tr_chan_load(const float *w, co
 }
 
 // hs (S, d) = LayerNorm(x) * ch.w + ch.b, x[s, i] at x[s * xs + i * xi]; block 0 stores x to
-// x_out (S, d) when it is set. Thread i < d gathers channel i of every row into hs; then warp s
-// takes row s's statistics in double in one pass (lane l sums values l, l + 32, ... and their
-// squares, then the warp's butterfly; norm.cu's kernel takes two passes, so the two agree within
-// double's rounding, not bit for bit), with one block barrier between the gather and the
-// statistics and one after them.
+// x_out (S, d) when it is set. Thread i < d loads channel i of every row and keeps it; warp s loads
+// row s whole at the same time and takes its statistics in double in one pass (lane l sums values
+// l, l + 32, ... and their squares in four interleaved chains, then the warp's butterfly;
+// norm.cu's kernel takes two passes, so the two agree within double's rounding, not bit for bit).
+// One block barrier after the statistics and one after the normalised rows are stored.
 template <int MAXS>
 static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct tr_chan &ch, float eps, int S, int d,
                                     float *hs, float *x_out) {
     __shared__ float mean[MAXS], inv[MAXS];
     const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-    if (t < d) {
-        float v[MAXS];  // every row's load issued before the first store
+    float v[MAXS];  // channel t of every row, loaded before the statistics' loads are used
 #pragma unroll
-        for (int s = 0; s < MAXS; s++)
-            if (s < S) v[s] = x[(size_t)s * xs + (size_t)t * xi];
-#pragma unroll
-        for (int s = 0; s < MAXS; s++) {
-            if (s >= S) break;
-            hs[(size_t)s * d + t] = v[s];
-            if (blockIdx.x == 0 && x_out) x_out[(size_t)s * d + t] = v[s];
-        }
-    }
-    __syncthreads();
+    for (int s = 0; s < MAXS; s++) v[s] = t < d && s < S ? x[(size_t)s * xs + (size_t)t * xi] : 0.0f;
     if (warp < S) {  // S <= GPU_TR_MAX_ROWS <= TR_WARPS
-        const float *row = hs + (size_t)warp * d;
+        constexpr int PER = GPU_TR_MAX_D / 32;  // a lane's values of the row at most
+        float r[PER];
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int i = lane + 32 * k;
+            r[k] = i < d ? x[(size_t)warp * xs + (size_t)i * xi] : 0.0f;
+        }
+        // one pass: the sum and the sum of squares together (a float's square is exact in double,
+        // and var = E[x^2] - m^2 loses about 1e-16 * m^2 / var of var, far below f32's rounding
+        // unless |m| is 1e4 standard deviations); zeros past d add nothing
+        double sum[4] = {0.0, 0.0, 0.0, 0.0}, sq[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const double e = r[k];
+            sum[k % 4] += e;
+            sq[k % 4] = fma(e, e, sq[k % 4]);
+        }
+        double su = (sum[0] + sum[1]) + (sum[2] + sum[3]), sqs = (sq[0] + sq[1]) + (sq[2] + sq[3]);
+        for (int off = 16; off; off >>= 1) {
+            su += __shfl_xor_sync(0xffffffffu, su, off);
+            sqs += __shfl_xor_sync(0xffffffffu, sqs, off);
+        }
         // v / d, as v * (1 / d) where d is a power of two: the same bits without a division
         const bool pow2 = (d & (d - 1)) == 0;
         const double rd = 1.0 / d;
-        const auto per_channel = [&](double v) { return pow2 ? v * rd : v / d; };
-        // one pass: the sum and the sum of squares together (a float's square is exact in double,
-        // and var = E[x^2] - m^2 loses about 1e-16 * m^2 / var of var, far below f32's rounding
-        // unless |m| is 1e4 standard deviations), their butterflies interleaved
-        double sum = 0.0, sq = 0.0;
-        for (int i = lane; i < d; i += 32) {
-            const double v = row[i];
-            sum += v;
-            sq = fma(v, v, sq);
-        }
-        for (int off = 16; off; off >>= 1) {
-            sum += __shfl_xor_sync(0xffffffffu, sum, off);
-            sq += __shfl_xor_sync(0xffffffffu, sq, off);
-        }
-        const double m = per_channel(sum), var = fmax(per_channel(sq) - m * m, 0.0);
+        const auto per_channel = [&](double a) { return pow2 ? a * rd : a / d; };
+        const double m = per_channel(su), var = fmax(per_channel(sqs) - m * m, 0.0);
         if (lane == 0) {
             mean[warp] = (float)m;
             inv[warp] = (float)rsqrt(var + (double)eps);  // within an ulp of double: 1 / sqrt's float
@@ -218,9 +216,11 @@ static __device__ void tr_layernorm(const float *x, int xs, int xi, const struct
     }
     __syncthreads();
     if (t < d)
-        for (int s = 0; s < S; s++) {
-            float *h = hs + (size_t)s * d + t;
-            *h = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(*h, mean[s]), inv[s]), ch.w), ch.b);
+#pragma unroll
+        for (int s = 0; s < MAXS; s++) {
+            if (s >= S) break;
+            hs[(size_t)s * d + t] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[s], mean[s]), inv[s]), ch.w), ch.b);
+            if (blockIdx.x == 0 && x_out) x_out[(size_t)s * d + t] = v[s];
         }
     __syncthreads();
 }
