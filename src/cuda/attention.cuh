@@ -242,7 +242,7 @@ static __device__ __forceinline__ void onepass_round(const float4 (&q)[MAXS], co
 // starts at entry lo (entry e = lo + j, wrapped at `ring`): a round takes keys j0 + 2u + half
 // (u < 4) with their value rows, and the position (-1 past the share) and int8 scales of this
 // lane's own key (onepass_key); with PIPE the next round's loads are issued before this round's
-// arithmetic, with PAIRS two rounds' loads are issued together before either's arithmetic. keys and values point at this lane's four values of the head in slot's entry 0;
+// arithmetic. keys and values point at this lane's four values of the head in slot's entry 0;
 // entries are d4 units apart. With int8 rings ks and vs point at the head's scale of entry 0,
 // entries n_heads floats apart (else unused).
 struct ring_scales {
@@ -259,7 +259,7 @@ static __device__ __forceinline__ ring_scales head_scales(const struct op_attent
 
 // Entries at positions `newest` or later are left out (the persistent transformer's int8 rings,
 // whose step's new entries it folds in from q k v itself).
-template <int MAXS, typename T, bool PIPE, bool PAIRS = false>
+template <int MAXS, typename T, bool PIPE>
 static __device__ __forceinline__ void onepass_span(const typename ring4<T>::unit *keys,
                                                     const typename ring4<T>::unit *values, ring_scales sc,
                                                     const int32_t *positions, int lo, int ring, int j_begin,
@@ -268,53 +268,36 @@ static __device__ __forceinline__ void onepass_span(const typename ring4<T>::uni
                                                     float (&l)[MAXS], int32_t newest = INT32_MAX) {
     typedef typename ring4<T>::unit unit;
     const int lane = threadIdx.x % 32, half = lane >> 4, own = 2 * onepass_key(lane) + half;
-    // a round's loads: four keys and value rows, the lane's own key's position and scales
-    struct round_data {
-        unit kr[4], vr[4];
-        float ks, vs;
-        int32_t pr;
-    };
-    auto load = [&](round_data &r, int j0) {
+    unit kr[4], vr[4];
+    float ks = 0.0f, vs = 0.0f;
+    int32_t pr;
+    auto load = [&](int j0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int j = j0 + 2 * u + half, e = lo + j < ring ? lo + j : lo + j - ring;
             const bool in = j < j_end;
-            r.kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
-            r.vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
+            kr[u] = in ? keys[(size_t)e * d4] : ring4<T>::zero();
+            vr[u] = in ? values[(size_t)e * d4] : ring4<T>::zero();
         }
         const int j = j0 + own, e = lo + j < ring ? lo + j : lo + j - ring;
         const bool in = j < j_end;
-        r.pr = in ? positions[e] : -1;
-        if (r.pr >= newest) r.pr = -1;
-        r.ks = r.vs = 0.0f;
+        pr = in ? positions[e] : -1;
+        if (pr >= newest) pr = -1;
         if (ring4<T>::scaled) {
-            r.ks = in ? sc.ks[(size_t)e * sc.n_heads] : 0.0f;
-            r.vs = in ? sc.vs[(size_t)e * sc.n_heads] : 0.0f;
+            ks = in ? sc.ks[(size_t)e * sc.n_heads] : 0.0f;
+            vs = in ? sc.vs[(size_t)e * sc.n_heads] : 0.0f;
         }
     };
-    auto step = [&](const round_data &r) {
+    if (PIPE) load(j_begin);
+    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
+        if (!PIPE) load(j0);
         float4 kv[4], vv[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) kv[u] = ring4<T>::raw(r.kr[u]), vv[u] = ring4<T>::raw(r.vr[u]);
-        onepass_round<MAXS, ring4<T>::scaled>(q, kv, vv, r.pr, r.ks, r.vs, steps, pos, context, scale, lane, acc, m, l);
-    };
-    round_data cur;
-    if (PAIRS) {  // two rounds' loads in flight at once, then both rounds' arithmetic
-        round_data next;
-        for (int j0 = j_begin; j0 < j_end; j0 += 16) {
-            load(cur, j0);
-            load(next, j0 + 8);
-            step(cur);
-            if (j0 + 8 < j_end) step(next);
-        }
-        return;
-    }
-    if (PIPE) load(cur, j_begin);
-    for (int j0 = j_begin; j0 < j_end; j0 += 8) {
-        if (!PIPE) load(cur, j0);
-        round_data r = cur;
-        if (PIPE && j0 + 8 < j_end) load(cur, j0 + 8);  // in flight during this round's arithmetic
-        step(r);
+        for (int u = 0; u < 4; u++) kv[u] = ring4<T>::raw(kr[u]), vv[u] = ring4<T>::raw(vr[u]);
+        const int32_t pk = pr;
+        const float kso = ks, vso = vs;
+        if (PIPE && j0 + 8 < j_end) load(j0 + 8);  // in flight during this round's arithmetic
+        onepass_round<MAXS, ring4<T>::scaled>(q, kv, vv, pk, kso, vso, steps, pos, context, scale, lane, acc, m, l);
     }
 }
 
