@@ -39,12 +39,14 @@ static __device__ __forceinline__ void grid_wait(const uint32_t *barrier, unsign
 
 // The end of a launch: the last block out zeroes the counters for the next launch (barrier[1]
 // counts the blocks out, after their last barrier; last_block's one add a block, no fences: the
-// launch's end publishes the zeroes and its outputs).
-static __device__ __forceinline__ void grid_exit(uint32_t *barrier) {
+// launch's end publishes the zeroes and its outputs). True in the thread that zeroed them.
+static __device__ __forceinline__ bool grid_exit(uint32_t *barrier) {
     if (last_block(barrier + 1, gridDim.x) && threadIdx.x == 0) {
         barrier[0] = 0;
         barrier[1] = 0;
+        return true;
     }
+    return false;
 }
 
 // kernel<<<blocks, threads, smem>>>(args) as a cooperative launch on ex's stream, after checking

@@ -541,16 +541,18 @@ int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
 // stage's weights while it waits. It computes what the unfused ops compute (plan.c's plan_transformer
 // for small steps: positions, the layers, the residual adds), in f32 in every precision mode:
 // out (d, rows) = transformer(in (d, rows)), rows = R * steps.
-// The launch is cooperative (all blocks resident together). `barrier` (GPU_TR_COUNTERS
-// counters: the grid barrier's 2, and one per (row, slice of the out-projection)) is zero before
-// and after.
+// The launch is cooperative (all blocks resident together). `barrier` (GPU_TR_COUNTERS words):
+// the grid barrier's 2 counters, zero before and after; the count of launches so far, which the
+// heads' parts carry as their version; and one counter per (row, slice of the out-projection),
+// zero before and after (used only where stage 2 has more items than the chip has SMs). All are
+// zero when the batch is created.
 #define GPU_TR_MAX_ROWS 8
 #define GPU_TR_MAX_STEPS 2
 #define GPU_TR_MAX_FLOATS 16384  // rows * max(d, d_ff): the block's copy of a stage's input
 #define GPU_TR_MAX_D 512         // a block stages its head's (d, head_dim) out-projection columns
 #define GPU_TR_MAX_HEADS 8
 #define GPU_TR_MAX_SPLIT_WO 16  // slices of a head's out-projection rows
-#define GPU_TR_COUNTERS (2 + GPU_TR_MAX_ROWS * GPU_TR_MAX_SPLIT_WO)
+#define GPU_TR_COUNTERS (3 + GPU_TR_MAX_ROWS * GPU_TR_MAX_SPLIT_WO)
 struct op_tr_layer {
     const float *norm1_w, *norm1_b, *in_proj, *out_proj, *norm2_w, *norm2_b, *linear1, *linear2, *scale1, *scale2;
     void *keys, *values;  // slot 0's rings of this layer
@@ -562,7 +564,8 @@ struct op_transformer {
     const struct op_tr_layer *layers;  // (n_layers), host memory owned by the plan
     int n_layers, d_ff;
     float *x[2], *ff;      // residual stream (rows, d) twice, (rows, d_ff)
-    float *part;           // (n_heads, rows, d): the heads' parts of the out-projection
+    uint64_t *part;        // (n_heads, rows, d): the heads' parts of the out-projection, each a
+                           // float's bits and, above them, the layer's version (transformer.cu)
     uint32_t *barrier;
     float eps;             // the LayerNorms'
 };

@@ -161,7 +161,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
     L->sc_edges = take(&s, L->edges_per_row * C);
     const int tr_rows = capacity < GPU_TR_MAX_ROWS / L->steps ? capacity : GPU_TR_MAX_ROWS / L->steps;
     if (gpu_transformer_fits(L->steps, L->steps, L->d, tr->d_ff, tr->head_dim, tr->n_layers)) {
-        L->sc_tr_part = take(&s, (size_t)tr->n_heads * tr_rows * L->steps * L->d);
+        L->sc_tr_part = take(&s, 2 * (size_t)tr->n_heads * tr_rows * L->steps * L->d);  // 64-bit words
         L->sc_tr_barrier = take(&s, GPU_TR_COUNTERS);
     }
     if (codes) {
@@ -701,7 +701,8 @@ static void plan_transformer_persistent(struct builder *B, const struct transfor
     struct op_transformer *o = &emit(B, GOP_TRANSFORMER, "transformer")->u.transformer;
     *o = (struct op_transformer){in, out, *base, p->tr_layers, t->n_layers, t->d_ff,
                                  {scratch(B, L->sc_x), scratch(B, L->sc_x2)}, scratch(B, L->sc_ff),
-                                 scratch(B, L->sc_tr_part), (uint32_t *)scratch(B, L->sc_tr_barrier), 1e-5f};
+                                 (uint64_t *)scratch(B, L->sc_tr_part), (uint32_t *)scratch(B, L->sc_tr_barrier),
+                                 1e-5f};
 }
 
 // in (d, R*steps) -> out (d, R*steps) through every layer, with the slots' KV rings. Small steps

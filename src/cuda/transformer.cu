@@ -15,8 +15,9 @@
  *   2. a block per (row, head, slice of d: up to GPU_TR_MAX_SPLIT_WO as the SMs allow): softmax
  *      attention over the ring (the one-pass arithmetic of attention.cu), then the slice's rows
  *      of out_proj's head columns applied to the head's output -> that head's part of y; the
- *      last of a (row, slice)'s heads to finish (a counter) adds the heads' parts, in head order,
- *      to the slice's x: x += scale1 * y;
+ *      (row, slice)'s head-0 item waits for the other heads' parts (each stored with the
+ *      layer's version beside it) and adds them, in head order, to the slice's x:
+ *      x += scale1 * y;
  *   3. h = LN2(x); this block's rows of gelu(h . linear1^T) -> ff;
  *   4. its rows of y = ff . linear2^T, and x += scale2 * y for those rows.
  * Then out = x (transposed to (d, S)). Every block computes the LayerNorms itself (a few KB from
@@ -330,18 +331,34 @@ static __device__ void tr_new_int8(const struct op_attention &a, const struct op
     }
 }
 
+// A 64-bit word stored and loaded whole at the GPU's scope, with no ordering beyond it.
+static __device__ __forceinline__ void st_relaxed_u64(uint64_t *p, uint64_t v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+static __device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // Stage 2, item b < R * n_heads * split: `split` items for each row r and head h attend
 // (b = (r * n_heads + h) * split + k; the warps take consecutive shares of the ring, a half-warp
 // per key as the one-pass kernel, the halves and warps merged in a fixed order), and item k
 // projects the head's output through out_proj rows [k d / split, (k + 1) d / split) of the
-// head's columns (wo, staged by tr_stage_wo): ypart[h] rows r * steps + s, (d) each. The
-// out-projection is the sum of the heads' parts: the last of the n_heads items of (r, k) to
-// finish (counters[r * split + k], zero before and after) adds them in head order to the slice's
-// rows of x: x_out = x + scale1 * y, the unfused residual add's arithmetic.
+// head's columns (wo, staged by tr_stage_wo): ypart[h] rows r * steps + s, (d) each, a 64-bit
+// word a value: the float's bits, and `version` (the launch's and layer's) above them. The
+// out-projection is the sum of the heads' parts, added in head order to the slice's rows of x:
+// x_out = x + scale1 * y, the unfused residual add's arithmetic. With every item on its own block
+// (`own`), the (r, k) item of head 0 loads the heads' words until each carries this version
+// (a 64-bit store is seen whole or not at all, and the word is all it needs of the other block,
+// so relaxed loads and stores do; an earlier layer's or launch's word has another version).
+// Otherwise a block may hold several items, and one that waited could wait for an item its own
+// block has yet to take: the last of the n_heads items of (r, k) to finish (counters[r * split +
+// k], zero before and after) adds them.
 template <typename T>
 static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split, int item,
-                                 const struct tr_rows &rw, float *wo, float *ypart, const float *x, float *x_out,
-                                 uint32_t *counters) {
+                                 const struct tr_rows &rw, float *wo, uint64_t *ypart, uint32_t version, bool own,
+                                 const float *x, float *x_out, uint32_t *counters) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
     __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
@@ -414,29 +431,43 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
             if (e % TR_WO_LANES == 0)
 #pragma unroll
                 for (int s = 0; s < GPU_TR_MAX_STEPS; s++)
-                    if (s < steps) ypart[((size_t)h * S + (size_t)r * steps + s) * d + j] = y[s];
+                    if (s < steps)
+                        st_relaxed_u64(ypart + ((size_t)h * S + (size_t)r * steps + s) * d + j,
+                                       (uint64_t)version << 32 | __float_as_uint(y[s]));
         }
     }
-    // the block's parts stored and counted (last_block: one acquire-release add); the last item
-    // reads the others' from L2 and resets the counter, a store the grid barrier after stage 2
-    // publishes (no fence of its own on the way to the sum)
-    uint32_t *c = counters + r * split + item % split;
-    if (last_block(c, a.n_heads)) {
+    if (own) {
+        if (h != 0) return;
+    } else {
+        // the block's parts stored and counted (last_block: one acquire-release add); the last
+        // item reads the others' from L2 and resets the counter, a store the grid barrier after
+        // stage 2 publishes (no fence of its own on the way to the sum)
+        uint32_t *c = counters + r * split + item % split;
+        if (!last_block(c, a.n_heads)) return;
         if (threadIdx.x == 0) *c = 0;
-        for (int e = threadIdx.x; e < steps * rows; e += blockDim.x) {
-            const int j = j0 + e % rows;
-            const size_t at = ((size_t)r * steps + e / rows) * d + j;
-            float yp[GPU_TR_MAX_HEADS];  // every part's load issued before the first add
+    }
+    for (int e = threadIdx.x; e < steps * rows; e += blockDim.x) {
+        const int j = j0 + e % rows;
+        const size_t at = ((size_t)r * steps + e / rows) * d + j;
+        uint64_t yp[GPU_TR_MAX_HEADS];  // every part's load issued before the first is looked at
+#pragma unroll
+        for (int p = 0; p < GPU_TR_MAX_HEADS; p++)
+            yp[p] = p < a.n_heads ? ld_relaxed_u64(ypart + p * S * d + at) : (uint64_t)version << 32;
+        const float xv = __ldcg(x + at), sc = w.scale1[j];
+        for (bool all = false; !all;) {  // (at once without `own`: the counter ordered them)
+            all = true;
 #pragma unroll
             for (int p = 0; p < GPU_TR_MAX_HEADS; p++)
-                if (p < a.n_heads) yp[p] = __ldcg(ypart + p * S * d + at);
-            const float xv = __ldcg(x + at), sc = w.scale1[j];
-            float ys = yp[0];
-#pragma unroll
-            for (int p = 1; p < GPU_TR_MAX_HEADS; p++)
-                if (p < a.n_heads) ys = __fadd_rn(ys, yp[p]);
-            x_out[at] = __fadd_rn(xv, __fmul_rn(sc, ys));
+                if (yp[p] >> 32 != version) {
+                    all = false;
+                    yp[p] = ld_relaxed_u64(ypart + p * S * d + at);
+                }
         }
+        float ys = __uint_as_float((uint32_t)yp[0]);
+#pragma unroll
+        for (int p = 1; p < GPU_TR_MAX_HEADS; p++)
+            if (p < a.n_heads) ys = __fadd_rn(ys, __uint_as_float((uint32_t)yp[p]));
+        x_out[at] = __fadd_rn(xv, __fmul_rn(sc, ys));
     }
 }
 
@@ -520,6 +551,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
             const int32_t pos = rw.pos0[r] + s;
             a.positions[(size_t)slot * a.slot_stride + pos % a.ring] = pos;
         }
+    const uint32_t launch = __ldcg(t.barrier + 2);  // launches before this one (the parts' versions)
     int cur = 0;  // t.x[cur]: the residual stream
     const int items = a.R * a.n_heads * A.split_wo, wo_rows = d / A.split_wo;
     for (int l = 0; l < n_layers; l++) {
@@ -545,7 +577,8 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
                 tr_stage_wo(w.out_proj, d, item / A.split_wo % a.n_heads, item % A.split_wo * wo_rows,
                             min(wo_rows, TR_WO_ROWS), wo);
             }
-            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part, t.x[cur], t.x[cur ^ 1], t.barrier + 2);
+            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part, launch * (uint32_t)n_layers + (uint32_t)l + 1,
+                         items <= (int)gridDim.x, t.x[cur], t.x[cur ^ 1], t.barrier + 3);
         }
         grid_arrive(t.barrier);
         tr_load(A.ff1, w.linear1, wv);
@@ -578,7 +611,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         const int s = e / d, c = e - s * d;
         t.out[(size_t)c * S + s] = x[e];
     }
-    grid_exit(t.barrier);
+    if (grid_exit(t.barrier)) t.barrier[2] = launch + 1;  // every block has read it
 }
 
 // ---- launch ----
