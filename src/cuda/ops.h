@@ -542,17 +542,15 @@ int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
 // for small steps: positions, the layers, the residual adds), in f32 in every precision mode:
 // out (d, rows) = transformer(in (d, rows)), rows = R * steps.
 // The launch is cooperative (all blocks resident together). `barrier` (GPU_TR_COUNTERS words):
-// the grid barrier's 2 counters, zero before and after; the count of launches so far, which the
-// heads' parts carry as their version; and one counter per (row, slice of the out-projection),
-// zero before and after (used only where stage 2 has more items than the chip has SMs). All are
-// zero when the batch is created.
+// the grid barrier's 2 counters, zero before and after, and the count of launches so far, which
+// the heads' parts carry as their version. All are zero when the batch is created.
 #define GPU_TR_MAX_ROWS 8
 #define GPU_TR_MAX_STEPS 2
 #define GPU_TR_MAX_FLOATS 16384  // rows * max(d, d_ff): the block's copy of a stage's input
 #define GPU_TR_MAX_D 512         // a block stages its head's (d, head_dim) out-projection columns
 #define GPU_TR_MAX_HEADS 8
 #define GPU_TR_MAX_SPLIT_WO 16  // slices of a head's out-projection rows
-#define GPU_TR_COUNTERS (3 + GPU_TR_MAX_ROWS * GPU_TR_MAX_SPLIT_WO)
+#define GPU_TR_COUNTERS 3
 struct op_tr_layer {
     const float *norm1_w, *norm1_b, *in_proj, *out_proj, *norm2_w, *norm2_b, *linear1, *linear2, *scale1, *scale2;
     void *keys, *values;  // slot 0's rings of this layer

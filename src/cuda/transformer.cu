@@ -15,7 +15,7 @@
  *   2. a block per (row, head, slice of d: up to GPU_TR_MAX_SPLIT_WO as the SMs allow): softmax
  *      attention over the ring (the one-pass arithmetic of attention.cu), then the slice's rows
  *      of out_proj's head columns applied to the head's output -> that head's part of y; the
- *      (row, slice)'s head-0 item waits for the other heads' parts (each stored with the
+ *      (row, slice)'s last-head item waits for the other heads' parts (each stored with the
  *      layer's version beside it) and adds them, in head order, to the slice's x:
  *      x += scale1 * y;
  *   3. h = LN2(x); this block's rows of gelu(h . linear1^T) -> ff;
@@ -348,17 +348,16 @@ static __device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t *p) {
 // head's columns (wo, staged by tr_stage_wo): ypart[h] rows r * steps + s, (d) each, a 64-bit
 // word a value: the float's bits, and `version` (the launch's and layer's) above them. The
 // out-projection is the sum of the heads' parts, added in head order to the slice's rows of x:
-// x_out = x + scale1 * y, the unfused residual add's arithmetic. With every item on its own block
-// (`own`), the (r, k) item of head 0 loads the heads' words until each carries this version
-// (a 64-bit store is seen whole or not at all, and the word is all it needs of the other block,
-// so relaxed loads and stores do; an earlier layer's or launch's word has another version).
-// Otherwise a block may hold several items, and one that waited could wait for an item its own
-// block has yet to take: the last of the n_heads items of (r, k) to finish (counters[r * split +
-// k], zero before and after) adds them.
+// x_out = x + scale1 * y, the unfused residual add's arithmetic. The (r, k) item of the last
+// head loads the heads' words until each carries this version (a 64-bit store is seen whole or
+// not at all, and the word is all it needs of the other block, so relaxed loads and stores do;
+// an earlier layer's or launch's word has another version). It waits only on items of lower
+// index, so where a block takes several items (in index order: a chip with fewer SMs than
+// items) the lowest unfinished item is always one its block has reached and none waits forever.
 template <typename T>
 static __device__ void tr_attend(const struct op_attention &a, const struct op_tr_layer &w, int split, int item,
-                                 const struct tr_rows &rw, float *wo, uint64_t *ypart, uint32_t version, bool own,
-                                 const float *x, float *x_out, uint32_t *counters) {
+                                 const struct tr_rows &rw, float *wo, uint64_t *ypart, uint32_t version,
+                                 const float *x, float *x_out) {
     typedef typename ring4<T>::unit unit;
     __shared__ float sm_m[TR_WARPS][GPU_TR_MAX_STEPS], sm_l[TR_WARPS][GPU_TR_MAX_STEPS];
     __shared__ float4 sm_acc[TR_WARPS][GPU_TR_MAX_STEPS][GPU_ATT_ONEPASS_HD / 4];
@@ -436,16 +435,7 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
                                        (uint64_t)version << 32 | __float_as_uint(y[s]));
         }
     }
-    if (own) {
-        if (h != 0) return;
-    } else {
-        // the block's parts stored and counted (last_block: one acquire-release add); the last
-        // item reads the others' from L2 and resets the counter, a store the grid barrier after
-        // stage 2 publishes (no fence of its own on the way to the sum)
-        uint32_t *c = counters + r * split + item % split;
-        if (!last_block(c, a.n_heads)) return;
-        if (threadIdx.x == 0) *c = 0;
-    }
+    if (h != a.n_heads - 1) return;
     for (int e = threadIdx.x; e < steps * rows; e += blockDim.x) {
         const int j = j0 + e % rows;
         const size_t at = ((size_t)r * steps + e / rows) * d + j;
@@ -454,7 +444,7 @@ static __device__ void tr_attend(const struct op_attention &a, const struct op_t
         for (int p = 0; p < GPU_TR_MAX_HEADS; p++)
             yp[p] = p < a.n_heads ? ld_relaxed_u64(ypart + p * S * d + at) : (uint64_t)version << 32;
         const float xv = __ldcg(x + at), sc = w.scale1[j];
-        for (bool all = false; !all;) {  // (at once without `own`: the counter ordered them)
+        for (bool all = false; !all;) {
             all = true;
 #pragma unroll
             for (int p = 0; p < GPU_TR_MAX_HEADS; p++)
@@ -578,7 +568,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
                             min(wo_rows, TR_WO_ROWS), wo);
             }
             tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part, launch * (uint32_t)n_layers + (uint32_t)l + 1,
-                         items <= (int)gridDim.x, t.x[cur], t.x[cur ^ 1], t.barrier + 3);
+                         t.x[cur], t.x[cur ^ 1]);
         }
         grid_arrive(t.barrier);
         tr_load(A.ff1, w.linear1, wv);
