@@ -144,6 +144,19 @@ static __device__ __forceinline__ bool last_block(uint32_t *counter, unsigned n)
     return last;
 }
 
+// A 64-bit word stored and loaded whole at the GPU's scope, with no ordering beyond it: a value
+// that carries its own version (the float's or int's bits below, the version above) can pass
+// from block to block with no fence and no barrier, its reader loading it until the version is
+// the one it waits for (transformer.cu, rvq.cu).
+static __device__ __forceinline__ void st_relaxed_u64(uint64_t *p, uint64_t v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+static __device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // The dot product of two float4 (products summed left to right).
 static __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 

@@ -604,7 +604,9 @@ int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
 // batches: R <= GPU_SKINNY_MAX rows, dim <= GPU_RVQ_MAX_DIM): level k is `first` with book +
 // k * bins * dim, norms + k * bins and codes + k, each level the fused form's arithmetic (the
 // same codes), the residual updated after each level. `part` holds 6 * GPU_RVQ_CHAIN_MAX_BLOCKS
-// * R floats; `barrier` (2 counters) is zero before and after.
+// * R words (rvq.cu: the blocks' candidates with their level's version); `barrier` (3 words): the
+// grid barrier's 2 counters, zero before and after, and the count of launches so far (the
+// versions), all zero when the batch is created.
 // With `latent` set (R <= GPU_RVQ_PROJECT_ROWS, D <= GPU_RVQ_MAX_LATENT, D % 4 = 0) the launch also makes
 // both queries, first.residual = in_rest . latent and sem_query = in_first . latent (a warp
 // per output row: a lane's float4s of it, then the warp's butterfly), and picks the semantic
@@ -616,7 +618,7 @@ int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
 struct op_rvq_chain {
     struct op_argmin first;  // its residual (R, dim) is the query; scores, query, part, counter unused
     int levels;
-    float *part;
+    uint64_t *part;
     uint32_t *barrier;
     const float *latent;             // (D, R), or NULL: the residual and no semantic level are given
     const float *in_first, *in_rest;  // (dim, D) each

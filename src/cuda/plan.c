@@ -169,8 +169,8 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         L->sc_scores = take(&s, CF * q->bins);
         L->sc_part = take(&s, 2 * GPU_RVQ_BLOCKS * GPU_SKINNY_MAX);
         L->sc_counter = take(&s, 1);
-        L->sc_rvq_part = take(&s, 6 * (size_t)GPU_RVQ_CHAIN_MAX_BLOCKS * GPU_SKINNY_MAX);
-        L->sc_rvq_barrier = take(&s, 2);
+        L->sc_rvq_part = take(&s, 2 * 6 * (size_t)GPU_RVQ_CHAIN_MAX_BLOCKS * GPU_SKINNY_MAX);  // 64-bit words
+        L->sc_rvq_barrier = take(&s, 3);
         L->sc_e0 = take(&s, CF * 2 * q->dim);
     }
     L->scratch_elems = take(&s, 0);
@@ -785,7 +785,8 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
         struct op_rvq_chain *c = &emit(B, GOP_RVQ_CHAIN, "rvq_chain")->u.rvq_chain;
         *c = (struct op_rvq_chain){{NULL, w->norms + bins, w->codebooks + (size_t)bins * dim, r, codes + 1, n_cb, R,
                                     bins, dim, r, NULL, NULL},
-                                   n_cb - 1, scratch(B, L->sc_rvq_part), (uint32_t *)scratch(B, L->sc_rvq_barrier),
+                                   n_cb - 1, (uint64_t *)scratch(B, L->sc_rvq_part),
+                                   (uint32_t *)scratch(B, L->sc_rvq_barrier),
                                    latent, w->in_first, w->in_rest, D, r + (size_t)R * dim,
                                    {NULL, w->norms, w->codebooks, NULL, codes, n_cb, R, bins, dim, NULL, NULL, NULL}};
         return;
@@ -799,7 +800,7 @@ static void plan_rvq_encode(struct builder *B, const struct quantizer *q, const 
             *c = (struct op_rvq_chain){.first = {NULL, w->norms + (size_t)k * bins, book, r, codes + k, n_cb, R, bins,
                                                  dim, r, NULL, NULL},
                                        .levels = n_cb - 1,
-                                       .part = scratch(B, L->sc_rvq_part),
+                                       .part = (uint64_t *)scratch(B, L->sc_rvq_part),
                                        .barrier = (uint32_t *)scratch(B, L->sc_rvq_barrier)};
             break;
         }

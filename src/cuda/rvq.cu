@@ -66,13 +66,13 @@ static __device__ __forceinline__ void entry_load(const float *book, int bins, i
 
 // This block's best (v, j) per row: bins first, first + step, ... scored against the rows'
 // queries qs (R, dim) in shared memory, a warp per bin and a lane per 32nd of the entry, the
-// warps' bests then kept in warp order; threads s < R store row s's into part_v / part_j at
-// blockIdx.x * R + s. wv and wj: a (warps, MAXR) scratch in shared memory. `pre`, when given,
-// holds the lane's values of entry `first` (entry_load), loaded ahead by the caller.
-template <int MAXR>
+// warps' bests then kept in warp order; thread s < R passes row s's to keep(s, v, j). wv and wj:
+// a (warps, MAXR) scratch in shared memory. `pre`, when given, holds the lane's values of entry
+// `first` (entry_load), loaded ahead by the caller.
+template <int MAXR, typename Keep>
 static __device__ __forceinline__ void score_bins(const float *book, const float *norms, int bins, int dim,
                                                   const float *qs, int R, int first, int step, float *wv, int *wj,
-                                                  float *part_v, int *part_j, const float (*pre)[RVQ_LANE_VALUES]) {
+                                                  Keep keep, const float (*pre)[RVQ_LANE_VALUES]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     float bv[MAXR];
     int bj[MAXR];
@@ -113,8 +113,7 @@ static __device__ __forceinline__ void score_bins(const float *book, const float
         int j = bins;
         for (int w = 0; w < warps; w++)
             if (better(wv[w * MAXR + s], wj[w * MAXR + s], v, j)) v = wv[w * MAXR + s], j = wj[w * MAXR + s];
-        part_v[(size_t)blockIdx.x * R + s] = v;
-        part_j[(size_t)blockIdx.x * R + s] = j;
+        keep(s, v, j);
     }
 }
 
@@ -123,18 +122,60 @@ static __device__ __forceinline__ void score_bins(const float *book, const float
 // 0. A lane's candidates are all loaded before the first is compared (in one memory round trip).
 #define PICK_MAX_BLOCKS 256
 static_assert(GPU_RVQ_BLOCKS <= PICK_MAX_BLOCKS && GPU_RVQ_CHAIN_MAX_BLOCKS <= PICK_MAX_BLOCKS, "pick_code's loads");
+#define PICK_U (PICK_MAX_BLOCKS / 32)
+static __device__ int pick_best(const float (&pv)[PICK_U], const int (&pj)[PICK_U], int bins);
 static __device__ int pick_code(const float *part_v, const int *part_j, int blocks, int R, int s, int bins) {
     const int lane = threadIdx.x % 32;
-    float v = INFINITY, pv[PICK_MAX_BLOCKS / 32];
-    int j = bins, pj[PICK_MAX_BLOCKS / 32];
+    float pv[PICK_U];
+    int pj[PICK_U];
 #pragma unroll
-    for (int u = 0; u < PICK_MAX_BLOCKS / 32; u++) {
+    for (int u = 0; u < PICK_U; u++) {
         const int b = lane + 32 * u;
         pv[u] = b < blocks ? __ldcg(part_v + (size_t)b * R + s) : INFINITY;
         pj[u] = b < blocks ? __ldcg(part_j + (size_t)b * R + s) : bins;
     }
+    return pick_best(pv, pj, bins);
+}
+
+// The same from candidates left as versioned words (st_relaxed_u64): block b's row s at
+// words[b * R + s] (v) and words[(blocks + b) * R + s] (j), each loaded until it carries
+// `version` (all of them requested at once, then again those not there yet).
+static __device__ int pick_code_words(const uint64_t *words, int blocks, int R, int s, int bins, uint32_t version) {
+    const int lane = threadIdx.x % 32;
+    uint64_t wv[PICK_U], wj[PICK_U];
+    const uint64_t none = (uint64_t)version << 32;  // past the blocks: already there
 #pragma unroll
-    for (int u = 0; u < PICK_MAX_BLOCKS / 32; u++)
+    for (int u = 0; u < PICK_U; u++) {
+        const int b = lane + 32 * u;
+        wv[u] = b < blocks ? ld_relaxed_u64(words + (size_t)b * R + s) : none;
+        wj[u] = b < blocks ? ld_relaxed_u64(words + (size_t)(blocks + b) * R + s) : none;
+    }
+    for (bool all = false; !all;) {
+        all = true;
+#pragma unroll
+        for (int u = 0; u < PICK_U; u++) {
+            const int b = lane + 32 * u;
+            if (wv[u] >> 32 != version) all = false, wv[u] = ld_relaxed_u64(words + (size_t)b * R + s);
+            if (wj[u] >> 32 != version) all = false, wj[u] = ld_relaxed_u64(words + (size_t)(blocks + b) * R + s);
+        }
+    }
+    float pv[PICK_U];
+    int pj[PICK_U];
+#pragma unroll
+    for (int u = 0; u < PICK_U; u++) {
+        const bool in = lane + 32 * u < blocks;
+        pv[u] = in ? __uint_as_float((uint32_t)wv[u]) : INFINITY;
+        pj[u] = in ? (int)(uint32_t)wj[u] : bins;
+    }
+    return pick_best(pv, pj, bins);
+}
+
+// The (v, j) minimum of the warp's candidates (pick_code's reduction): every lane gets the code.
+static __device__ int pick_best(const float (&pv)[PICK_U], const int (&pj)[PICK_U], int bins) {
+    float v = INFINITY;
+    int j = bins;
+#pragma unroll
+    for (int u = 0; u < PICK_U; u++)
         if (better(pv[u], pj[u], v, j)) v = pv[u], j = pj[u];
     for (int off = 16; off; off >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, v, off);
@@ -159,7 +200,11 @@ static __global__ void __launch_bounds__(RVQ_THREADS) rvq_level_kernel(const str
     float *part_v = a.part;
     int *part_j = (int *)a.part + (size_t)G * R;
     score_bins<GPU_SKINNY_MAX>(a.book, a.norms, a.bins, a.dim, qs, R, blockIdx.x + warp * G, RVQ_WARPS * G, wv, wj,
-                               part_v, part_j, NULL);
+                               [&](int s, float v, int j) {
+                                   part_v[(size_t)blockIdx.x * R + s] = v;
+                                   part_j[(size_t)blockIdx.x * R + s] = j;
+                               },
+                               NULL);
     // the last block to finish reduces the candidates of all blocks, a warp per row
     if (!last_block(a.counter, G)) return;
     for (int s = warp; s < R; s += RVQ_WARPS) {
@@ -196,6 +241,7 @@ extern "C" int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex) 
 // ---- the acoustic levels of a small step in one persistent launch ----
 
 #define CHAIN_THREADS 512
+#define RVQ_VERSIONS 64u  // a launch's versions of its levels' candidates: at most 63 levels
 #define CHAIN_WARPS (CHAIN_THREADS / 32)
 
 // Level k (k < c.levels) of op_rvq_chain: every block holds the rows' residual in shared memory
@@ -270,13 +316,13 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
     // the lane's values of the warp's first entry of the level to score (of the semantic level:
     // sv), each level's loaded between the barrier before it and its wait
     float ev[RVQ_LANE_VALUES], sv[RVQ_LANE_VALUES];
-    unsigned stage = 0;
+    const uint32_t launch = __ldcg(c.barrier + 2);  // launches before this one (the versions)
     if (PROJECT) {
         chain_project<MAXR>(c, sem);
         grid_arrive(c.barrier);
         entry_load(a.book, a.bins, dim, first, ev);
         entry_load(c.semantic.book, c.semantic.bins, dim, first, sv);
-        grid_wait(c.barrier, ++stage);
+        grid_wait(c.barrier, 1);
         for (int i = threadIdx.x; i < R * dim; i += blockDim.x) sem[i] = __ldcg(c.sem_query + i);
         for (int i = threadIdx.x; i < R * dim; i += blockDim.x) res[i] = __ldcg(a.residual + i);
     } else {
@@ -286,32 +332,37 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
     __syncthreads();
     for (int k = 0; k < c.levels; k++) {
         const float *book = a.book + (size_t)k * a.bins * dim, *norms = a.norms + (size_t)k * a.bins;
-        // this block's candidates, in the half of `part` of this level's parity
-        float *part_v = c.part + (size_t)(k & 1) * 2 * G * R;
-        int *part_j = (int *)part_v + (size_t)G * R;
-        score_bins<MAXR>(book, norms, a.bins, dim, res, R, first, step, wv, wj, part_v, part_j, &ev);
-        // the semantic level with the first acoustic one, its candidates in part's last third
-        float *sem_v = c.part + (size_t)4 * G * R;
-        int *sem_j = (int *)sem_v + (size_t)G * R;
-        if (PROJECT && k == 0) {
+        // this block's candidates as versioned words (v, then j: (2, G, R)) in the half of `part`
+        // of this level's parity; the semantic level's in part's last third. A block writes
+        // level k + 2's into level k's half only once every block has left its level k + 1
+        // candidates, each after reading all of level k's, so no word is overwritten unread.
+        const uint32_t version = launch * RVQ_VERSIONS + (uint32_t)k + 1;
+        uint64_t *words = c.part + (size_t)(k & 1) * 2 * G * R, *sem_words = c.part + (size_t)4 * G * R;
+        const auto keep = [&](uint64_t *w) {
+            return [=](int s, float v, int j) {
+                st_relaxed_u64(w + (size_t)blockIdx.x * R + s, (uint64_t)version << 32 | __float_as_uint(v));
+                st_relaxed_u64(w + (size_t)(G + blockIdx.x) * R + s, (uint64_t)version << 32 | (uint32_t)j);
+            };
+        };
+        score_bins<MAXR>(book, norms, a.bins, dim, res, R, first, step, wv, wj, keep(words), &ev);
+        if (PROJECT && k == 0) {  // the semantic level with the first acoustic one
             __syncthreads();  // wv, wj
             const struct op_argmin &s0 = c.semantic;
-            score_bins<MAXR>(s0.book, s0.norms, s0.bins, dim, sem, R, first, step, wv, wj, sem_v, sem_j, &sv);
+            score_bins<MAXR>(s0.book, s0.norms, s0.bins, dim, sem, R, first, step, wv, wj, keep(sem_words), &sv);
         }
-        grid_arrive(c.barrier);
         if (k + 1 < c.levels) {  // the next level's first entry of this warp, its others toward L2
             entry_load(book + (size_t)a.bins * dim, a.bins, dim, first, ev);
             for (int j = first + step; j < a.bins; j += step)
                 prefetch_l2(book + (size_t)(a.bins + j) * dim, sizeof(float) * dim, lane, 32);
         }
-        grid_wait(c.barrier, ++stage);
+        // every block's candidates, as each arrives (no grid barrier)
         if (PROJECT && k == 0 && blockIdx.x == 0)
             for (int s = warp; s < R; s += CHAIN_WARPS) {
-                const int cs = pick_code(sem_v, sem_j, G, R, s, c.semantic.bins);
+                const int cs = pick_code_words(sem_words, G, R, s, c.semantic.bins, version);
                 if (lane == 0) c.semantic.codes[(size_t)s * c.semantic.code_stride] = cs;
             }
         for (int s = warp; s < R; s += CHAIN_WARPS) {
-            const int cs = pick_code(part_v, part_j, G, R, s, a.bins);
+            const int cs = pick_code_words(words, G, R, s, a.bins, version);
             if (lane == 0) {
                 code[s] = cs;
                 if (blockIdx.x == 0) a.codes[(size_t)s * a.code_stride + k] = cs;
@@ -326,7 +377,7 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
     }
     if (blockIdx.x == 0)
         for (int i = threadIdx.x; i < R * dim; i += blockDim.x) a.residual[i] = res[i];
-    grid_exit(c.barrier);
+    if (grid_exit(c.barrier)) c.barrier[2] = launch + 1;  // every block has read it
 }
 
 extern "C" int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec *ex) {
@@ -335,6 +386,7 @@ extern "C" int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec
     if (blocks > GPU_RVQ_CHAIN_MAX_BLOCKS) blocks = GPU_RVQ_CHAIN_MAX_BLOCKS;
     if (!blocks) return launch_status(ex, "rvq chain (device)");
     if (a->R > GPU_SKINNY_MAX || a->dim > GPU_RVQ_MAX_DIM || !a->residual || c->levels < 1 ||
+        c->levels >= (int)RVQ_VERSIONS ||
         (c->latent && (a->R > GPU_RVQ_PROJECT_ROWS || c->D > GPU_RVQ_MAX_LATENT || c->D % 4 ||
                       c->semantic.bins != a->bins))) {
         if (ex->errmsg)

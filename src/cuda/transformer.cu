@@ -331,16 +331,6 @@ static __device__ void tr_new_int8(const struct op_attention &a, const struct op
     }
 }
 
-// A 64-bit word stored and loaded whole at the GPU's scope, with no ordering beyond it.
-static __device__ __forceinline__ void st_relaxed_u64(uint64_t *p, uint64_t v) {
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-static __device__ __forceinline__ uint64_t ld_relaxed_u64(const uint64_t *p) {
-    uint64_t v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
 // Stage 2, item b < R * n_heads * split: `split` items for each row r and head h attend
 // (b = (r * n_heads + h) * split + k; the warps take consecutive shares of the ring, a half-warp
 // per key as the one-pass kernel, the halves and warps merged in a fixed order), and item k
