@@ -31,11 +31,17 @@ static const char *case_name[CASES] = {"barrier", "barrier + read x (8 KB)", "..
 // the others poll; arrivals spread over 8 counters on their own lines, each waiter polling all;
 // the release alone and the acquire alone (timing only: which of the two fences costs); relaxed
 // polls and one acquiring load of the counter once they have seen the count (a barrier: the
-// acquiring load reads the count's last add, and so synchronises with every releasing add).
-enum { GRID, RELAXED_POLL, NO_FENCES, FLAG, SPREAD, RELEASE_ONLY, ACQUIRE_ONLY, POLL_THEN_ACQUIRE, FORMS };
+// acquiring load reads the count's last add, and so synchronises with every releasing add); the
+// same with POLLS polls in flight at once, each issued POLL_GAP clock cycles after the one
+// before (a poll that reaches L2 just before the count is complete no longer costs the wait
+// for its answer and a whole round trip more).
+enum { GRID, RELAXED_POLL, NO_FENCES, FLAG, SPREAD, RELEASE_ONLY, ACQUIRE_ONLY, POLL_THEN_ACQUIRE, PIPELINED, FORMS };
 static const char *form_name[FORMS] = {"grid.cuh", "relaxed polls, one fence", "no fences (timing only)",
                                        "last arriver's flag", "8 counters", "release only (timing only)",
-                                       "acquire only (timing only)", "relaxed polls, one acquire"};
+                                       "acquire only (timing only)", "relaxed polls, one acquire",
+                                       "4 polls in flight, one acquire"};
+#define POLLS 4
+#define POLL_GAP 96
 #define LINE 32  // uint32 a 128-byte line
 
 static __device__ __forceinline__ unsigned ld_relaxed(const uint32_t *p) {
@@ -84,10 +90,33 @@ static __device__ __forceinline__ void barrier_form(uint32_t *bar, unsigned n) {
                 asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
             else
                 asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-            while ((F == ACQUIRE_ONLY ? ld_acquire(bar) : ld_relaxed(bar)) < target) {
+            if (F == PIPELINED) {
+                unsigned v[POLLS];
+#pragma unroll
+                for (int k = 0; k < POLLS; k++) {
+                    v[k] = ld_relaxed(bar);
+                    const long long t0 = clock64();
+                    while (clock64() - t0 < POLL_GAP) {
+                    }
+                }
+                for (bool done = false; !done;)
+#pragma unroll
+                    for (int k = 0; k < POLLS && !done; k++) {
+                        if (v[k] >= target) {
+                            done = true;
+                        } else {
+                            v[k] = ld_relaxed(bar);
+                            const long long t0 = clock64();
+                            while (clock64() - t0 < POLL_GAP) {
+                            }
+                        }
+                    }
+            } else {
+                while ((F == ACQUIRE_ONLY ? ld_acquire(bar) : ld_relaxed(bar)) < target) {
+                }
             }
             if (F == RELAXED_POLL) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-            if (F == POLL_THEN_ACQUIRE) (void)ld_acquire(bar);
+            if (F == POLL_THEN_ACQUIRE || F == PIPELINED) (void)ld_acquire(bar);
         }
     }
     __syncthreads();
@@ -185,7 +214,8 @@ int main(int argc, char **argv) {
                                            {run<BARRIER, SPREAD>, run<READ, SPREAD>},
                                            {run<BARRIER, RELEASE_ONLY>, run<READ, RELEASE_ONLY>},
                                            {run<BARRIER, ACQUIRE_ONLY>, run<READ, ACQUIRE_ONLY>},
-                                           {run<BARRIER, POLL_THEN_ACQUIRE>, run<READ, POLL_THEN_ACQUIRE>}};
+                                           {run<BARRIER, POLL_THEN_ACQUIRE>, run<READ, POLL_THEN_ACQUIRE>},
+                                           {run<BARRIER, PIPELINED>, run<READ, PIPELINED>}};
     for (int f = 0; f < FORMS; f++)
         for (int c = 0; c < 2; c++) {
             const float us = forms[f][c](sms, 512, iters, barrier, x, part, counter);
