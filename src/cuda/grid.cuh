@@ -1,7 +1,10 @@
 /*
  * grid.cuh - a grid-wide barrier for persistent cooperative kernels (transformer.cu, rvq.cu):
  * every block resident at once (cudaLaunchAttributeCooperative), stages separated by barriers
- * on two counters in device memory that are zero before and after each launch.
+ * on two counters in device memory that are zero before and after each launch, and a third
+ * word that counts the launches (the version a launch's blocks give what they leave for each
+ * other as versioned words; common.cuh's st_relaxed_u64). All three are zero when the batch is
+ * created.
  */
 #ifndef MIMI_CUDA_GRID_CUH
 #define MIMI_CUDA_GRID_CUH
@@ -37,16 +40,19 @@ static __device__ __forceinline__ void grid_wait(const uint32_t *barrier, unsign
     __syncthreads();
 }
 
-// The end of a launch: the last block out zeroes the counters for the next launch (barrier[1]
-// counts the blocks out, after their last barrier; last_block's one add a block, no fences: the
-// launch's end publishes the zeroes and its outputs). True in the thread that zeroed them.
-static __device__ __forceinline__ bool grid_exit(uint32_t *barrier) {
+// The launches before this one (read by every block at its start; grid_exit advances it).
+static __device__ __forceinline__ uint32_t grid_launches(const uint32_t *barrier) { return __ldcg(barrier + 2); }
+
+// The end of a launch: the last block out zeroes the counters for the next launch and counts
+// the launch (barrier[1] counts the blocks out, after their last barrier, so every block has
+// read the count by then; last_block's one add a block, no fences: the launch's end publishes
+// the zeroes, the count and its outputs).
+static __device__ __forceinline__ void grid_exit(uint32_t *barrier) {
     if (last_block(barrier + 1, gridDim.x) && threadIdx.x == 0) {
         barrier[0] = 0;
         barrier[1] = 0;
-        return true;
+        barrier[2] += 1;
     }
-    return false;
 }
 
 // kernel<<<blocks, threads, smem>>>(args) as a cooperative launch on ex's stream, after checking

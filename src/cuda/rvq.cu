@@ -316,7 +316,7 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
     // the lane's values of the warp's first entry of the level to score (of the semantic level:
     // sv), each level's loaded between the barrier before it and its wait
     float ev[RVQ_LANE_VALUES], sv[RVQ_LANE_VALUES];
-    const uint32_t launch = __ldcg(c.barrier + 2);  // launches before this one (the versions)
+    const uint32_t launch = grid_launches(c.barrier);  // (the levels' versions)
     if (PROJECT) {
         chain_project<MAXR>(c, sem);
         grid_arrive(c.barrier);
@@ -377,7 +377,7 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
     }
     if (blockIdx.x == 0)
         for (int i = threadIdx.x; i < R * dim; i += blockDim.x) a.residual[i] = res[i];
-    if (grid_exit(c.barrier)) c.barrier[2] = launch + 1;  // every block has read it
+    grid_exit(c.barrier);
 }
 
 extern "C" int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec *ex) {

@@ -531,7 +531,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
             const int32_t pos = rw.pos0[r] + s;
             a.positions[(size_t)slot * a.slot_stride + pos % a.ring] = pos;
         }
-    const uint32_t launch = __ldcg(t.barrier + 2);  // launches before this one (the parts' versions)
+    const uint32_t launch = grid_launches(t.barrier);  // (the parts' versions)
     int cur = 0;  // t.x[cur]: the residual stream
     const int items = a.R * a.n_heads * A.split_wo, wo_rows = d / A.split_wo;
     for (int l = 0; l < n_layers; l++) {
@@ -591,7 +591,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
         const int s = e / d, c = e - s * d;
         t.out[(size_t)c * S + s] = x[e];
     }
-    if (grid_exit(t.barrier)) t.barrier[2] = launch + 1;  // every block has read it
+    grid_exit(t.barrier);
 }
 
 // ---- launch ----
