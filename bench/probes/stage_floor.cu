@@ -91,26 +91,23 @@ static __device__ __forceinline__ void barrier_form(uint32_t *bar, unsigned n) {
             else
                 asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
             if (F == PIPELINED) {
-                unsigned v[POLLS];
-#pragma unroll
-                for (int k = 0; k < POLLS; k++) {
-                    v[k] = ld_relaxed(bar);
+                const auto poll = [&] {  // a poll, then POLL_GAP cycles before the next is issued
+                    const unsigned v = ld_relaxed(bar);
                     const long long t0 = clock64();
                     while (clock64() - t0 < POLL_GAP) {
                     }
-                }
+                    return v;
+                };
+                unsigned v[POLLS];
+#pragma unroll
+                for (int k = 0; k < POLLS; k++) v[k] = poll();
                 for (bool done = false; !done;)
 #pragma unroll
-                    for (int k = 0; k < POLLS && !done; k++) {
-                        if (v[k] >= target) {
+                    for (int k = 0; k < POLLS && !done; k++)
+                        if (v[k] >= target)
                             done = true;
-                        } else {
-                            v[k] = ld_relaxed(bar);
-                            const long long t0 = clock64();
-                            while (clock64() - t0 < POLL_GAP) {
-                            }
-                        }
-                    }
+                        else
+                            v[k] = poll();
             } else {
                 while ((F == ACQUIRE_ONLY ? ld_acquire(bar) : ld_relaxed(bar)) < target) {
                 }
