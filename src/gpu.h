@@ -66,6 +66,11 @@ int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots,
 // One synchronous step: submit, then collect into `output`.
 int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output);
 
+// Zeroes the persistent kernels' versioned words and launch counts (queued on the batch's
+// stream). The steps do it every GPU_VERSION_PERIOD launches (cuda_step.cu); a test may at any
+// step boundary, and the results must not change.
+int mimi_cuda_clear_versions(struct mimi_batch *b);
+
 // Where the input rows of a step sit in the batch's pinned stage (capacity rows, the same for
 // every bucket): a caller may write them there while no step is pending, or once
 // mimi_cuda_input_free returned (the pending step has read them), then submit with this as

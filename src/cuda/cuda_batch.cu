@@ -274,3 +274,21 @@ extern "C" int mimi_cuda_slot_reset(struct mimi_batch *b, int slot) {
     CK(cudaMemsetAsync(s + L->st_positions, 0xFF, sizeof(int32_t) * L->ring, gb->stream), "slot reset");
     return MIMI_OK;
 }
+
+extern "C" int mimi_cuda_clear_versions(struct mimi_batch *b) {
+    struct mimi_cuda_batch *gb = b->gpu;
+    if (gb->poisoned) return MIMI_ESTATE;
+    const struct gpu_layout *L = &gb->L;
+    CK(cudaSetDevice(gb->device), "set device");
+    // each kernel's words, then its counters (plan.c lays them out one after the other)
+    if (L->sc_tr_barrier)
+        CK(cudaMemsetAsync(gb->scratch + L->sc_tr_part, 0,
+                           sizeof(float) * (L->sc_tr_barrier + GPU_TR_COUNTERS - L->sc_tr_part), gb->stream),
+           "clear versions");
+    if (L->sc_rvq_barrier)
+        CK(cudaMemsetAsync(gb->scratch + L->sc_rvq_part, 0,
+                           sizeof(float) * (L->sc_rvq_barrier + GPU_RVQ_CHAIN_COUNTERS - L->sc_rvq_part), gb->stream),
+           "clear versions");
+    gb->launches = 0;
+    return MIMI_OK;
+}

@@ -58,6 +58,12 @@ static int stage(struct mimi_batch *b, int n, const int *slots, const void *inpu
     return MIMI_OK;
 }
 
+// Counts a launch of one of the batch's plans, first zeroing the versioned words where the count
+// reached GPU_VERSION_PERIOD (cuda_batch.cuh).
+static int count_launch(struct mimi_batch *b) {
+    return ++b->gpu->launches < GPU_VERSION_PERIOD ? MIMI_OK : mimi_cuda_clear_versions(b);
+}
+
 // Large inputs and outputs move in up to GPU_COPY_PIECES pieces of at least GPU_COPY_PIECE_MIN
 // bytes, so that the host copies one piece while the device's copy engine moves another (at
 // 10,240 streams a step's PCM is 79 MB each way).
@@ -137,6 +143,7 @@ extern "C" int mimi_cuda_submit(struct mimi_batch *b, int n, const int *slots, c
     rc = queue_input(b, p, n, pieces ? (const float *)input : NULL);
     if (rc) return rc;
     CK(cudaEventRecord(gb->staged, gb->stream), "event");
+    if ((rc = count_launch(b))) return rc;
     CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
     return queue_output(b, i, n, 0);
 }
@@ -156,6 +163,7 @@ extern "C" int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const 
     }
     rc = mimi_cuda_copy_codes((int32_t *)p->input, codes, offset, stride, n, p->R, gb->L.in_per_row, &gb->ex);
     if (rc) return op_failed(b, rc);
+    if ((rc = count_launch(b))) return rc;
     CK(cudaGraphLaunch(gb->graphs[i], gb->stream), "graph launch");
     return queue_output(b, i, n, 1);
 }
@@ -247,6 +255,7 @@ extern "C" int mimi_cuda_profile(struct mimi_batch *b, int n, const int *slots, 
     cudaError_t e = cudaSuccess;
     while (made <= p->n_ops && (e = cudaEventCreate(&ev[made])) == cudaSuccess) made++;
     if (e == cudaSuccess) rc = queue_input(b, p, n, NULL);  // (its failure is recorded)
+    if (e == cudaSuccess && rc == MIMI_OK) rc = count_launch(b);
     if (e == cudaSuccess) e = cudaEventRecord(ev[0], gb->stream);
     for (int k = 0; e == cudaSuccess && rc == MIMI_OK && k < p->n_ops; k++) {
         rc = mimi_cuda_run_op(&p->ops[k], &gb->ex);

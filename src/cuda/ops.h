@@ -543,7 +543,8 @@ int mimi_cuda_attention(const struct op_attention *a, struct gpu_exec *ex);
 // out (d, rows) = transformer(in (d, rows)), rows = R * steps.
 // The launch is cooperative (all blocks resident together). `barrier` (GPU_TR_COUNTERS words):
 // the grid barrier's 2 counters, zero before and after, and the count of launches so far, which
-// the heads' parts carry as their version. All are zero when the batch is created.
+// the heads' parts carry as their version. All are zero when the batch is created (and every
+// GPU_VERSION_PERIOD launches).
 #define GPU_TR_MAX_ROWS 8
 #define GPU_TR_MAX_STEPS 2
 #define GPU_TR_MAX_FLOATS 16384  // rows * max(d, d_ff): the block's copy of a stage's input
@@ -606,13 +607,14 @@ int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex);
 // same codes), the residual updated after each level. `part` holds 6 * GPU_RVQ_CHAIN_MAX_BLOCKS
 // * R words (rvq.cu: the blocks' candidates with their level's version); `barrier` (3 words): the
 // grid barrier's 2 counters, zero before and after, and the count of launches so far (the
-// versions), all zero when the batch is created.
+// versions), all zero when the batch is created (and every GPU_VERSION_PERIOD launches).
 // With `latent` set (R <= GPU_RVQ_PROJECT_ROWS, D <= GPU_RVQ_MAX_LATENT, D % 4 = 0) the launch also makes
 // both queries, first.residual = in_rest . latent and sem_query = in_first . latent (a warp
 // per output row: a lane's float4s of it, then the warp's butterfly), and picks the semantic
 // level (`semantic`: book, norms, codes, code_stride; the fused form's arithmetic) alongside the
 // first acoustic one: one launch where a small step had four (two products, an argmin, the chain).
 #define GPU_RVQ_CHAIN_MAX_BLOCKS 256
+#define GPU_RVQ_CHAIN_COUNTERS 3
 #define GPU_RVQ_PROJECT_ROWS 4
 #define GPU_RVQ_MAX_LATENT 512
 struct op_rvq_chain {

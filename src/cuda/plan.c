@@ -170,7 +170,7 @@ int gpu_layout_init(struct gpu_layout *L, const struct mimi_model *m, int direct
         L->sc_part = take(&s, 2 * GPU_RVQ_BLOCKS * GPU_SKINNY_MAX);
         L->sc_counter = take(&s, 1);
         L->sc_rvq_part = take(&s, 2 * 6 * (size_t)GPU_RVQ_CHAIN_MAX_BLOCKS * GPU_SKINNY_MAX);  // 64-bit words
-        L->sc_rvq_barrier = take(&s, 3);
+        L->sc_rvq_barrier = take(&s, GPU_RVQ_CHAIN_COUNTERS);
         L->sc_e0 = take(&s, CF * 2 * q->dim);
     }
     L->scratch_elems = take(&s, 0);
