@@ -44,6 +44,14 @@ static __device__ __forceinline__ void grid_wait(const uint32_t *barrier, unsign
 // The launches before this one (read by every block at its start; grid_exit advances it).
 static __device__ __forceinline__ uint32_t grid_launches(const uint32_t *barrier) { return __ldcg(barrier + 2); }
 
+// The version of stage `stage` < `stages` <= GRID_MAX_VERSIONS of the launch that found `launch`
+// launches before it: at least 1 (a zeroed word carries none), and below 2^26 while the count is
+// zeroed every GPU_VERSION_PERIOD (2^20) launches, so it never wraps.
+#define GRID_MAX_VERSIONS 64u
+static __device__ __forceinline__ uint32_t grid_version(uint32_t launch, uint32_t stages, uint32_t stage) {
+    return launch * stages + stage + 1;
+}
+
 // The end of a launch: the last block out zeroes the counters for the next launch and counts
 // the launch (barrier[1] counts the blocks out, after their last barrier, so every block has
 // read the count by then; last_block's one add a block, no fences: the launch's end publishes

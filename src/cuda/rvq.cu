@@ -241,7 +241,6 @@ extern "C" int mimi_cuda_argmin(const struct op_argmin *a, struct gpu_exec *ex) 
 // ---- the acoustic levels of a small step in one persistent launch ----
 
 #define CHAIN_THREADS 512
-#define RVQ_VERSIONS 64u  // a launch's versions of its levels' candidates: at most 63 levels
 #define CHAIN_WARPS (CHAIN_THREADS / 32)
 
 // Level k (k < c.levels) of op_rvq_chain: every block holds the rows' residual in shared memory
@@ -336,7 +335,7 @@ static __global__ void __launch_bounds__(CHAIN_THREADS, 1) rvq_chain_kernel(cons
         // of this level's parity; the semantic level's in part's last third. A block writes
         // level k + 2's into level k's half only once every block has left its level k + 1
         // candidates, each after reading all of level k's, so no word is overwritten unread.
-        const uint32_t version = launch * RVQ_VERSIONS + (uint32_t)k + 1;
+        const uint32_t version = grid_version(launch, GRID_MAX_VERSIONS, (uint32_t)k);
         uint64_t *words = c.part + (size_t)(k & 1) * 2 * G * R, *sem_words = c.part + (size_t)4 * G * R;
         const auto keep = [&](uint64_t *w) {
             return [=](int s, float v, int j) {
@@ -386,7 +385,7 @@ extern "C" int mimi_cuda_rvq_chain(const struct op_rvq_chain *c, struct gpu_exec
     if (blocks > GPU_RVQ_CHAIN_MAX_BLOCKS) blocks = GPU_RVQ_CHAIN_MAX_BLOCKS;
     if (!blocks) return launch_status(ex, "rvq chain (device)");
     if (a->R > GPU_SKINNY_MAX || a->dim > GPU_RVQ_MAX_DIM || !a->residual || c->levels < 1 ||
-        c->levels >= (int)RVQ_VERSIONS ||
+        c->levels >= (int)GRID_MAX_VERSIONS ||
         (c->latent && (a->R > GPU_RVQ_PROJECT_ROWS || c->D > GPU_RVQ_MAX_LATENT || c->D % 4 ||
                       c->semantic.bins != a->bins))) {
         if (ex->errmsg)

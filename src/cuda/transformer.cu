@@ -59,6 +59,7 @@
 // 0.390-0.394, the eager transformer 192 -> 187 us in encode and unchanged in decode).
 static_assert(GPU_TR_MAX_ROWS <= TR_WARPS, "tr_layernorm: a warp per row");
 static_assert(GPU_TR_MAX_D <= TR_THREADS, "tr_layernorm, tr_chan_load: a thread per channel");
+static_assert(GPU_TR_MAX_LAYERS <= GRID_MAX_VERSIONS, "the heads' parts: a version a layer");
 
 // How a linear (J outputs, K inputs, weights (J, K) row-major) is spread: each block takes
 // `rows` consecutive outputs (even, so that a rotated pair stays in one block), `split` warps
@@ -557,7 +558,7 @@ static __global__ void __launch_bounds__(TR_THREADS, 1) transformer_kernel(const
                 tr_stage_wo(w.out_proj, d, item / A.split_wo % a.n_heads, item % A.split_wo * wo_rows,
                             min(wo_rows, TR_WO_ROWS), wo);
             }
-            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part, launch * (uint32_t)n_layers + (uint32_t)l + 1,
+            tr_attend<T>(a, w, A.split_wo, item, rw, wo, t.part, grid_version(launch, n_layers, l),
                          t.x[cur], t.x[cur ^ 1]);
         }
         grid_arrive(t.barrier);
