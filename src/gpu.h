@@ -66,10 +66,21 @@ int mimi_cuda_submit_device_codes(struct mimi_batch *b, int n, const int *slots,
 // One synchronous step: submit, then collect into `output`.
 int mimi_cuda_step(struct mimi_batch *b, int n, const int *slots, const void *input, void *output);
 
+// The persistent kernels (src/cuda/grid.cuh) leave each other 64-bit words whose upper half is a
+// version, the batch's launch count times the stages a launch versions (at most 64) plus the
+// stage (grid_version). Every GPU_VERSION_PERIOD launches the words and the count go back to
+// zero, so versions stay below 2^26 and never wrap around to one that a word left long ago could
+// still carry (a larger bucket's rows, which a smaller bucket's launches do not write, keep their
+// words for as long as only smaller steps run).
+#define GPU_VERSION_PERIOD (1u << 20)
+
 // Zeroes the persistent kernels' versioned words and launch counts (queued on the batch's
 // stream). The steps do it every GPU_VERSION_PERIOD launches (cuda_step.cu); a test may at any
 // step boundary, and the results must not change.
 int mimi_cuda_clear_versions(struct mimi_batch *b);
+// The plan launches since the words were last zeroed; `set` (when not NULL) replaces the count
+// first, so that a test may bring a batch to the period's end without a million steps.
+uint32_t mimi_cuda_launches(struct mimi_batch *b, const uint32_t *set);
 
 // Where the input rows of a step sit in the batch's pinned stage (capacity rows, the same for
 // every bucket): a caller may write them there while no step is pending, or once

@@ -2043,11 +2043,19 @@ static void test_batch_vs_lone(void) {
 // The persistent kernels' versioned words zeroed between steps (as the batch does every
 // GPU_VERSION_PERIOD launches) change nothing: a schedule of one- and three-slot steps (so that
 // the larger bucket's words lie untouched across the small steps) gives the same codes and PCM,
-// bit for bit, with the words zeroed before every other step as without.
+// bit for bit, with the words zeroed before every other step (clear 1) as without (clear 0), and
+// with the batches brought to three launches before the period's end (clear 2), so that the
+// steps' own count zeroes them during the third step and counts on from there.
+enum { VERSION_STEPS = 10 };
 static void version_run(int clear, int32_t *codes, float *pcm) {
     struct mimi_batch *enc, *dec;
     if (batch_pair(gpu, CAPACITY, SLOTS, &enc, &dec)) return;
-    enum { STEPS = 10 };
+    enum { STEPS = VERSION_STEPS };
+    if (clear == 2) {
+        const uint32_t near_end = GPU_VERSION_PERIOD - 3;
+        CHECK_EQ(mimi_cuda_launches(enc, &near_end), near_end);
+        CHECK_EQ(mimi_cuda_launches(dec, &near_end), near_end);
+    }
     int done[SLOTS] = {0};
     for (int step = 0; step < STEPS; step++) {
         const int n = step % 3 == 2 ? SLOTS : 1;
@@ -2057,7 +2065,7 @@ static void version_run(int clear, int32_t *codes, float *pcm) {
             list[k] = (step + k) % SLOTS;
             memcpy(in + (size_t)k * FRAME, clip + ((size_t)list[k] * 7 + done[list[k]]) * FRAME, sizeof(float) * FRAME);
         }
-        if (clear && step % 2) {
+        if (clear == 1 && step % 2) {
             CHECK_EQ(mimi_cuda_clear_versions(enc), MIMI_OK);
             CHECK_EQ(mimi_cuda_clear_versions(dec), MIMI_OK);
         }
@@ -2066,23 +2074,31 @@ static void version_run(int clear, int32_t *codes, float *pcm) {
         CHECK_EQ(mimi_batch_decode(dec, n, list, c, pcm + (size_t)step * SLOTS * FRAME), MIMI_OK);
         for (int k = 0; k < n; k++) done[list[k]]++;
     }
+    if (clear == 2) {  // zeroed at the period's end, then the seven steps after it counted
+        printf("  launches counted after the period's end: encode %u, decode %u (7 each)\n",
+               (unsigned)mimi_cuda_launches(enc, NULL), (unsigned)mimi_cuda_launches(dec, NULL));
+        CHECK_EQ(mimi_cuda_launches(enc, NULL), STEPS - 3);
+        CHECK_EQ(mimi_cuda_launches(dec, NULL), STEPS - 3);
+    }
     mimi_batch_destroy(enc);
     mimi_batch_destroy(dec);
 }
 
 static void test_version_clear(void) {
-    enum { STEPS = 10 };
-    static int32_t codes[2][STEPS * SLOTS * N_Q];
-    static float pcm[2][STEPS * SLOTS * FRAME];
-    version_run(0, codes[0], pcm[0]);
-    version_run(1, codes[1], pcm[1]);
-    double worst = 0;
-    for (size_t i = 0; i < (size_t)STEPS * SLOTS * FRAME; i++)
-        if (fabs((double)pcm[0][i] - pcm[1][i]) > worst) worst = fabs((double)pcm[0][i] - pcm[1][i]);
-    printf("  versioned words zeroed between steps: codes %s, pcm max |diff| %.3e\n",
-           memcmp(codes[0], codes[1], sizeof codes[0]) ? "DIFFER" : "equal", worst);
-    CHECK(memcmp(codes[0], codes[1], sizeof codes[0]) == 0);
-    CHECK(worst == 0);
+    enum { STEPS = VERSION_STEPS };
+    static int32_t codes[3][STEPS * SLOTS * N_Q];
+    static float pcm[3][STEPS * SLOTS * FRAME];
+    for (int clear = 0; clear < 3; clear++) version_run(clear, codes[clear], pcm[clear]);
+    for (int clear = 1; clear < 3; clear++) {
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)STEPS * SLOTS * FRAME; i++)
+            if (fabs((double)pcm[0][i] - pcm[clear][i]) > worst) worst = fabs((double)pcm[0][i] - pcm[clear][i]);
+        printf("  versioned words zeroed %s: codes %s, pcm max |diff| %.3e\n",
+               clear == 1 ? "between steps" : "at the period's end",
+               memcmp(codes[0], codes[clear], sizeof codes[0]) ? "DIFFER" : "equal", worst);
+        CHECK(memcmp(codes[0], codes[clear], sizeof codes[0]) == 0);
+        CHECK(worst == 0);
+    }
 }
 #endif
 

@@ -292,3 +292,8 @@ extern "C" int mimi_cuda_clear_versions(struct mimi_batch *b) {
     gb->launches = 0;
     return MIMI_OK;
 }
+
+extern "C" uint32_t mimi_cuda_launches(struct mimi_batch *b, const uint32_t *set) {
+    if (set) b->gpu->launches = *set;
+    return b->gpu->launches;
+}

@@ -42,13 +42,6 @@ struct mimi_cuda_batch {
     uint32_t launches;  // plan launches since the versioned words were last zeroed (cuda_step.cu)
 };
 
-// The persistent kernels (grid.cuh) leave each other 64-bit words whose upper half is a version,
-// the batch's launch count times the stages a launch versions (at most 64) plus the stage
-// (grid.cuh's grid_version). Every GPU_VERSION_PERIOD launches the words and the count go back
-// to zero, so versions stay below 2^26 and never wrap around to one that a word left long ago
-// could still carry (a larger bucket's rows, which a smaller bucket's launches do not write,
-// keep their words for as long as only smaller steps run).
-#define GPU_VERSION_PERIOD (1u << 20)
 
 // ---- errors ----
 
