@@ -5,16 +5,17 @@
 # interleaved one-stream rounds of VARIANTS (default "n k") and one of bf16 and int8kv (about 6
 # minutes); PART=2: CAP's (default k) strict capacity at 2,560 streams and FAST_INT8_KV's at
 # 10,000 (the latter needs more than an 80 GB card); PART=3 (an H200): four rounds, then PART=2.
-PACK=${PACK:-.gpu-carry/pack-h3.tar.xz} VARIANTS=${VARIANTS:-n k} CAP=${CAP:-k}
+# WRITER (default n) is the build whose benchmark writes the synthetic model.
+PACK=${PACK:-.gpu-carry/pack-h3.tar.xz} VARIANTS=${VARIANTS:-n k} CAP=${CAP:-k} WRITER=${WRITER:-n}
 run_rounds() {
-  PACK=$PACK WRITER=n TESTS="${TESTS-k}" ROUNDS="$1" VARIANTS="$VARIANTS" FAST=1 PROBES= PROFILES= \
+  PACK=$PACK WRITER=$WRITER TESTS="${TESTS-k}" ROUNDS="$1" VARIANTS="$VARIANTS" FAST=1 PROBES= PROFILES= \
     bash "$(dirname "$0")/tr-wln-s61.sh"
 }
 if [ "${PART:-1}" = 1 ]; then
   run_rounds "1 2 3 4 5 6 7 8"
 else
   [ "$PART" = 3 ] && run_rounds "1 2 3 4"
-  WRITER=n WT=/tmp/wt-x BUILD=/tmp/build-x1
+  WT=/tmp/wt-x BUILD=/tmp/build-x1
   . "$(dirname "$0")/device-setup.sh"
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   timeout 150 .gpu-carry/$CAP/mimi-bench-gpu --model $M --modes strict --threads 8 --at 2560 2>&1 | tail -15
