@@ -3,8 +3,8 @@
 # files under bench/results/patches, each applied alone on main; "name:a.diff+b.diff" applies
 # several in order) become commits on a scratch worktree (/tmp/wt-patches), then
 # tr-wln-build.sh builds `o` (main, the benchmark only unless TESTED names it) and each of them
-# with its tests. Example (the three leads of 2026-12-07):
-#   PATCHES="ea:tr-early.diff gp:grid-polls.diff g:gather-chunks.diff" \
+# with its tests. Example (the stamps probe beside main, with main's tests):
+#   PATCHES="ms:tr-stamps.diff" TESTED="o ms" \
 #       PROBE_TARGETS=stage-floor-probe PACK=.gpu-carry/pack-n.tar.xz bash bench/results/patches-build.sh
 set -e
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
