@@ -39,9 +39,8 @@ struct mimi_cuda_batch {
     struct gpu_exec ex;
     int poisoned, pending, pending_n, pending_bucket, pending_pieces;
     int tap_frames;  // the taps hand over the first tap_frames of the L.frames frames of a row
-    uint32_t launches;  // plan launches since the versioned words were last zeroed (cuda_step.cu)
+    uint32_t launches;  // plan launches since the versioned words were last zeroed (cuda_step.cu; GPU_VERSION_PERIOD, gpu.h)
 };
-
 
 // ---- errors ----
 
