@@ -39,7 +39,7 @@ struct mimi_cuda_batch {
     struct gpu_exec ex;
     int poisoned, pending, pending_n, pending_bucket, pending_pieces;
     int tap_frames;  // the taps hand over the first tap_frames of the L.frames frames of a row
-    uint32_t launches;  // plan launches since the versioned words were last zeroed (cuda_step.cu; GPU_VERSION_PERIOD, gpu.h)
+    uint32_t launches;  // launches since the versioned words were zeroed (cuda_step.cu; the period: gpu.h)
 };
 
 // ---- errors ----
