@@ -13,6 +13,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_batch.cuh"
+#include "cuda/grid.cuh"
 
 // ---- plans ----
 
@@ -274,6 +275,11 @@ extern "C" int mimi_cuda_slot_reset(struct mimi_batch *b, int slot) {
     CK(cudaMemsetAsync(s + L->st_positions, 0xFF, sizeof(int32_t) * L->ring, gb->stream), "slot reset");
     return MIMI_OK;
 }
+
+// A launch's count stays below the period (the host counts every launch the device does, and
+// zeroes both at the period), so no version reaches the word's upper 32 bits.
+static_assert((unsigned long long)GPU_VERSION_PERIOD * GRID_MAX_VERSIONS <= 1ull << 32,
+              "versions of the launches within a period fit 32 bits");
 
 extern "C" int mimi_cuda_clear_versions(struct mimi_batch *b) {
     struct mimi_cuda_batch *gb = b->gpu;

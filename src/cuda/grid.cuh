@@ -4,7 +4,7 @@
  * on two counters in device memory that are zero before and after each launch, and a third
  * word that counts the launches (the version a launch's blocks give what they leave for each
  * other as versioned words; common.cuh's st_relaxed_u64). All three are zero when the batch is
- * created, and again every GPU_VERSION_PERIOD launches with the words (cuda_batch.cuh), so a
+ * created, and again every GPU_VERSION_PERIOD launches with the words (gpu.h), so a
  * version, the count times the stages a launch versions plus the stage, never wraps around.
  */
 #ifndef MIMI_CUDA_GRID_CUH
